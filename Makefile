@@ -1,0 +1,90 @@
+# itemops — run `make help` for the targets.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+# Pinned tools live in their own module (hack/tools/go.mod) so that their
+# dependencies never move the operator's.
+GO_TOOL     ?= go tool -modfile=$(CURDIR)/hack/tools/go.mod
+CONTROLLER_GEN ?= $(GO_TOOL) controller-gen
+KUSTOMIZE   ?= $(GO_TOOL) kustomize
+
+CRD_DIR     := config/crd/bases
+CHART_CRDS  := charts/itemops/crds
+IMG         ?= ghcr.io/itemops/itemops:dev
+RUN_ARGS    ?=
+
+##@ General
+
+.PHONY: help
+help: ## Show the targets.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  %-20s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: ## Generate the CRD and RBAC manifests from the markers in the code.
+	$(CONTROLLER_GEN) rbac:roleName=itemops-manager crd paths="./..." output:crd:artifacts:config=$(CRD_DIR) output:rbac:artifacts:config=config/rbac
+	rm -rf $(CHART_CRDS) && mkdir -p $(CHART_CRDS) && cp $(CRD_DIR)/*.yaml $(CHART_CRDS)/
+
+.PHONY: generate
+generate: ## Generate the DeepCopy methods of the API types.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./api/..."
+
+.PHONY: fmt
+fmt: ## Run gofmt on the code.
+	gofmt -s -w $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*')
+
+.PHONY: vet
+vet: ## Run go vet.
+	go vet ./...
+
+.PHONY: verify
+verify: ## Fail when generated files are stale, code is unformatted, or kustomize cannot build config/.
+	hack/verify-generated.sh
+	@unformatted="$$(gofmt -s -l $$(find . -name '*.go' -not -path './.git/*'))"; \
+	  if [[ -n "$$unformatted" ]]; then echo "gofmt -s needed on: $$unformatted" >&2; exit 1; fi
+	@for dir in config/default config/crd config/samples; do \
+	  $(KUSTOMIZE) build $$dir > /dev/null || { echo "kustomize build $$dir failed" >&2; exit 1; }; \
+	done
+
+.PHONY: envtest
+envtest: ## Build (once per machine) the kube-apiserver and etcd the tests run against.
+	@hack/envtest-assets.sh
+
+.PHONY: test
+test: verify vet ## Check generated files, vet, and run the unit and envtest suites.
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test ./... -count=1
+
+##@ Build
+
+.PHONY: build
+build: ## Build the manager binary into bin/itemops.
+	go build -o bin/itemops .
+
+.PHONY: run
+run: ## Run the manager from your host against the cluster of your kubeconfig.
+	go run . $(RUN_ARGS)
+
+.PHONY: docker-build
+docker-build: ## Build the container image (needs a Docker engine).
+	docker build -t $(IMG) .
+
+##@ Deployment
+
+.PHONY: install
+install: ## Install the CRDs into the cluster of your kubeconfig (needs kubectl).
+	$(KUSTOMIZE) build config/crd | kubectl apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: ## Remove the CRDs (and every ItemOperation) from the cluster.
+	$(KUSTOMIZE) build config/crd | kubectl delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: ## Deploy the manager with config/default into the cluster (needs kubectl).
+	$(KUSTOMIZE) build config/default | kubectl apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: ## Remove what deploy created.
+	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -

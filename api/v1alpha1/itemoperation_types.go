@@ -1,0 +1,323 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Labels put on every ItemOperation so that the operations of one parent can
+// be listed with a label selector.
+const (
+	// LabelParentKind holds spec.parent.kind.
+	LabelParentKind = "itemops.io/parent-kind"
+	// LabelParentName holds spec.parent.name.
+	LabelParentName = "itemops.io/parent-name"
+	// LabelParentUID holds spec.parent.uid.
+	LabelParentUID = "itemops.io/parent-uid"
+)
+
+// ParentKind is the kind of the Velero object an operation belongs to.
+// +kubebuilder:validation:Enum=Backup;Restore
+type ParentKind string
+
+const (
+	// ParentKindBackup is a velero.io/v1 Backup.
+	ParentKindBackup ParentKind = "Backup"
+	// ParentKindRestore is a velero.io/v1 Restore.
+	ParentKindRestore ParentKind = "Restore"
+)
+
+// PluginKind is the kind of Velero plugin that started an operation.
+// +kubebuilder:validation:Enum=BackupItemAction;RestoreItemAction;VolumeSnapshotter
+type PluginKind string
+
+const (
+	// PluginKindBackupItemAction is a BackupItemAction (v2 for asynchronous operations).
+	PluginKindBackupItemAction PluginKind = "BackupItemAction"
+	// PluginKindRestoreItemAction is a RestoreItemAction (v2 for asynchronous operations).
+	PluginKindRestoreItemAction PluginKind = "RestoreItemAction"
+	// PluginKindVolumeSnapshotter is a VolumeSnapshotter; the operation ID is the snapshot ID.
+	PluginKindVolumeSnapshotter PluginKind = "VolumeSnapshotter"
+)
+
+// OperationPhase is where an operation is in its life.
+// +kubebuilder:validation:Enum=New;InProgress;Completed;Failed;Canceled
+type OperationPhase string
+
+const (
+	// OperationPhaseNew means the plugin has not reported that the operation started.
+	OperationPhaseNew OperationPhase = "New"
+	// OperationPhaseInProgress means the plugin reports the operation as running.
+	OperationPhaseInProgress OperationPhase = "InProgress"
+	// OperationPhaseCompleted means the plugin reported success. Terminal.
+	OperationPhaseCompleted OperationPhase = "Completed"
+	// OperationPhaseFailed means the plugin reported an error, the operation
+	// timed out, or progress could not be read within the retry budget. Terminal.
+	OperationPhaseFailed OperationPhase = "Failed"
+	// OperationPhaseCanceled means itemops asked the plugin to cancel the
+	// operation. Terminal.
+	OperationPhaseCanceled OperationPhase = "Canceled"
+)
+
+// IsTerminal reports whether no further change of phase can happen.
+func (p OperationPhase) IsTerminal() bool {
+	switch p {
+	case OperationPhaseCompleted, OperationPhaseFailed, OperationPhaseCanceled:
+		return true
+	}
+	return false
+}
+
+// Condition types owned by the ItemOperation reconciler.
+const (
+	// ConditionProgressing is True while the operation is running and its
+	// progress can be read.
+	ConditionProgressing = "Progressing"
+	// ConditionStalled is True when progress has not advanced for the
+	// configured stall period.
+	ConditionStalled = "Stalled"
+	// ConditionCanceled records that Cancel was requested and what the plugin answered.
+	ConditionCanceled = "Canceled"
+)
+
+// Condition reasons.
+const (
+	// ReasonTimedOut is the reason of a Failed operation whose timeout passed.
+	ReasonTimedOut = "TimedOut"
+)
+
+// ParentReference names the Velero Backup or Restore an operation belongs to.
+type ParentReference struct {
+	// Kind is Backup or Restore.
+	// +required
+	Kind ParentKind `json:"kind"`
+
+	// Name of the Backup or Restore, in the ItemOperation's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// UID of the Backup or Restore, so that an operation never attaches to a
+	// different parent that reuses the name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	UID string `json:"uid"`
+}
+
+// PluginReference names the plugin that started an operation by its registered
+// name. It is never a path: itemops only calls plugins it discovered itself.
+type PluginReference struct {
+	// Kind of the plugin.
+	// +required
+	Kind PluginKind `json:"kind"`
+
+	// Name the plugin registered with Velero, <DNS subdomain>/<name>, for
+	// example velero.io/csi-pvc-backupper.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[^/]+$')",message="must be a registered Velero plugin name of the form <DNS subdomain>/<name>, such as velero.io/csi-pvc-backupper; a path is not a plugin name"
+	Name string `json:"name"`
+}
+
+// ResourceIdentifier identifies a Kubernetes object, as Velero's
+// velero.ResourceIdentifier does.
+type ResourceIdentifier struct {
+	// Group of the resource; empty for the core group.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Group string `json:"group,omitempty"`
+
+	// Resource is the plural resource name, for example persistentvolumeclaims.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Resource string `json:"resource"`
+
+	// Namespace of the object; empty for cluster-scoped objects.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+
+	// Name of the object.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// ItemOperationSpec identifies one asynchronous operation. Everything but
+// cancel is fixed when the object is created.
+//
+// +kubebuilder:validation:XValidation:rule="self.plugin.kind == 'RestoreItemAction' ? self.parent.kind == 'Restore' : self.parent.kind == 'Backup'",message="a RestoreItemAction operation belongs to a Restore; BackupItemAction and VolumeSnapshotter operations belong to a Backup",fieldPath=".parent.kind"
+// +kubebuilder:validation:XValidation:rule="!has(self.postOperationItems) || self.parent.kind == 'Backup'",message="postOperationItems apply only to operations of a Backup",fieldPath=".postOperationItems"
+// +kubebuilder:validation:XValidation:rule="has(self.postOperationItems) == has(oldSelf.postOperationItems) && (!has(self.postOperationItems) || self.postOperationItems == oldSelf.postOperationItems)",message="postOperationItems is immutable",fieldPath=".postOperationItems"
+// +kubebuilder:validation:XValidation:rule="has(self.timeout) == has(oldSelf.timeout) && (!has(self.timeout) || self.timeout == oldSelf.timeout)",message="timeout is immutable",fieldPath=".timeout"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="cancel cannot be withdrawn once requested",fieldPath=".cancel"
+type ItemOperationSpec struct {
+	// Parent is the Backup or Restore the operation belongs to.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="parent is immutable"
+	Parent ParentReference `json:"parent"`
+
+	// Plugin is the plugin that started the operation and is asked for its progress.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="plugin is immutable"
+	Plugin PluginReference `json:"plugin"`
+
+	// OperationID is the ID the plugin returned when it started the operation
+	// (for a VolumeSnapshotter, the snapshot ID).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="operationID is immutable"
+	OperationID string `json:"operationID"`
+
+	// Resource is the item whose backup or restore started the operation.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="resource is immutable"
+	Resource ResourceIdentifier `json:"resource"`
+
+	// PostOperationItems are the items Velero backs up again once every
+	// operation of the Backup has finished. Backups only.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=1024
+	PostOperationItems []ResourceIdentifier `json:"postOperationItems,omitempty"`
+
+	// Timeout is how long after status.created the operation may run before
+	// it is cancelled and failed with reason TimedOut. When unset, the
+	// parent's spec.itemOperationTimeout applies, else 4h.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="timeout must be a positive duration such as 4h or 90m"
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// Cancel, once set to true, asks itemops to cancel the operation through
+	// its plugin. It is the only field that can change and cannot be withdrawn.
+	// +optional
+	Cancel bool `json:"cancel,omitempty"`
+}
+
+// ItemOperationStatus is what itemops last learned about the operation.
+type ItemOperationStatus struct {
+	// Phase is New, InProgress, Completed, Failed or Canceled.
+	// +optional
+	Phase OperationPhase `json:"phase,omitempty"`
+
+	// NCompleted is the amount of work done, in operationUnits.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	NCompleted int64 `json:"nCompleted,omitempty"`
+
+	// NTotal is the amount of work in all, in operationUnits.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	NTotal int64 `json:"nTotal,omitempty"`
+
+	// OperationUnits is the unit of nCompleted and nTotal, for example bytes.
+	// +optional
+	OperationUnits string `json:"operationUnits,omitempty"`
+
+	// Description is the plugin's own account of the progress.
+	// +optional
+	Description string `json:"description,omitempty"`
+
+	// Error is why the operation failed or was canceled.
+	// +optional
+	Error string `json:"error,omitempty"`
+
+	// Created is when the plugin started the operation, as Velero recorded it.
+	// The timeout runs from here.
+	// +optional
+	Created *metav1.Time `json:"created,omitempty"`
+
+	// Started is when the plugin reports the operation started.
+	// +optional
+	Started *metav1.Time `json:"started,omitempty"`
+
+	// Updated is when the plugin last reported a change.
+	// +optional
+	Updated *metav1.Time `json:"updated,omitempty"`
+
+	// LastPolled is when itemops last asked the plugin for progress.
+	// +optional
+	LastPolled *metav1.Time `json:"lastPolled,omitempty"`
+
+	// CompletionTimestamp is when the operation reached a terminal phase.
+	// +optional
+	CompletionTimestamp *metav1.Time `json:"completionTimestamp,omitempty"`
+
+	// EstimatedCompletion is when the operation should finish at the
+	// observed rate of progress.
+	// +optional
+	EstimatedCompletion *metav1.Time `json:"estimatedCompletion,omitempty"`
+
+	// Progress is nCompleted of nTotal for people, for example "4.2Gi/10Gi (42%)".
+	// +optional
+	Progress string `json:"progress,omitempty"`
+
+	// Conditions are Progressing, Stalled and Canceled.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// ObservedGeneration is the metadata.generation this status was computed for.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// ItemOperation is one asynchronous operation started by a Velero plugin
+// during a backup or restore, and its progress.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=itemop,categories={velero,itemops}
+// +kubebuilder:printcolumn:name="Parent",type=string,JSONPath=`.spec.parent.name`,description="Backup or Restore the operation belongs to"
+// +kubebuilder:printcolumn:name="Plugin",type=string,JSONPath=`.spec.plugin.name`,description="Plugin that started the operation"
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.progress`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="ETA",type=string,JSONPath=`.status.estimatedCompletion`,priority=1,description="Estimated completion at the observed rate"
+// +kubebuilder:printcolumn:name="Operation ID",type=string,JSONPath=`.spec.operationID`,priority=1
+type ItemOperation struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec ItemOperationSpec `json:"spec"`
+
+	// +optional
+	Status ItemOperationStatus `json:"status,omitempty"`
+}
+
+// ItemOperationList is a list of ItemOperations.
+//
+// +kubebuilder:object:root=true
+type ItemOperationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ItemOperation `json:"items"`
+}

@@ -1,0 +1,168 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package options
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Mode is how far itemops goes beside Velero.
+type Mode string
+
+const (
+	// ModeObserve mirrors and polls operations and never writes to Velero's
+	// objects or object storage. Safe beside any Velero.
+	ModeObserve Mode = "observe"
+	// ModeManage takes over the jobs of Velero's backup-operations and
+	// restore-operations controllers, which Velero must run disabled.
+	ModeManage Mode = "manage"
+)
+
+var modes = []Mode{ModeObserve, ModeManage}
+
+// String implements flag.Value.
+func (m *Mode) String() string { return string(*m) }
+
+// Set implements flag.Value and rejects every value but the known modes.
+func (m *Mode) Set(value string) error {
+	for _, known := range modes {
+		if Mode(value) == known {
+			*m = known
+			return nil
+		}
+	}
+	names := make([]string, len(modes))
+	for i, known := range modes {
+		names[i] = string(known)
+	}
+	return fmt.Errorf("unknown mode %q: must be one of %s", value, strings.Join(names, ", "))
+}
+
+// Options are the manager's settings, one per command-line flag.
+type Options struct {
+	// Mode is observe or manage.
+	Mode Mode
+	// VeleroNamespace is where Velero, its Backups and Restores, and every
+	// ItemOperation live.
+	VeleroNamespace string
+	// PluginDir holds the Velero plugin binaries itemops may call.
+	PluginDir string
+	// SyncFrequency is how often an operation in progress is polled.
+	SyncFrequency time.Duration
+	// MaxConcurrentReconciles bounds the reconciles running at once per controller.
+	MaxConcurrentReconciles int
+	// PluginCallTimeout is the deadline of every call into a plugin.
+	PluginCallTimeout time.Duration
+	// ProgressUpdateInterval is the least time between two status writes of
+	// one operation when only its progress changed.
+	ProgressUpdateInterval time.Duration
+	// MaxProgressFailures is how many Progress calls in a row may fail with a
+	// transport error or deadline before the operation fails.
+	MaxProgressFailures int
+	// StallAfter is how long progress may stand still before the operation
+	// gets a Stalled condition.
+	StallAfter time.Duration
+
+	// MetricsBindAddress serves Prometheus metrics; "0" turns them off.
+	MetricsBindAddress string
+	// HealthProbeBindAddress serves /healthz and /readyz.
+	HealthProbeBindAddress string
+	// LeaderElect makes replicas elect one active manager.
+	LeaderElect bool
+}
+
+// New returns the defaults.
+func New() Options {
+	return Options{
+		Mode:                    ModeObserve,
+		VeleroNamespace:         "velero",
+		PluginDir:               "/plugins",
+		SyncFrequency:           10 * time.Second,
+		MaxConcurrentReconciles: 10,
+		PluginCallTimeout:       30 * time.Second,
+		ProgressUpdateInterval:  30 * time.Second,
+		MaxProgressFailures:     5,
+		StallAfter:              15 * time.Minute,
+		MetricsBindAddress:      ":8080",
+		HealthProbeBindAddress:  ":8081",
+	}
+}
+
+// BindFlags registers one flag per option on fs, with the current values as defaults.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	fs.Var(&o.Mode, "mode", "observe: mirror and poll operations, never write to Velero; manage: also move Backups and Restores on (run Velero with --disable-controllers=backup-operations,restore-operations)")
+	fs.StringVar(&o.VeleroNamespace, "velero-namespace", o.VeleroNamespace, "namespace of Velero, its Backups and Restores, and every ItemOperation")
+	fs.StringVar(&o.PluginDir, "plugin-dir", o.PluginDir, "directory holding the Velero plugin binaries")
+	fs.DurationVar(&o.SyncFrequency, "sync-frequency", o.SyncFrequency, "how often an operation in progress is polled")
+	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "reconciles running at once per controller")
+	fs.DurationVar(&o.PluginCallTimeout, "plugin-call-timeout", o.PluginCallTimeout, "deadline of every call into a plugin")
+	fs.DurationVar(&o.ProgressUpdateInterval, "progress-update-interval", o.ProgressUpdateInterval, "least time between two status writes of one operation when only its progress changed")
+	fs.IntVar(&o.MaxProgressFailures, "max-progress-failures", o.MaxProgressFailures, "Progress calls in a row that may fail with a transport error before the operation fails")
+	fs.DurationVar(&o.StallAfter, "stall-after", o.StallAfter, "how long progress may stand still before an operation is marked Stalled")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus metrics endpoint; 0 turns it off")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of the /healthz and /readyz endpoints")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one active manager among replicas (a Lease in the Velero namespace)")
+}
+
+// Validate returns every problem with the options at once, each naming its flag.
+func (o Options) Validate() error {
+	var errs []error
+	var mode Mode
+	if err := mode.Set(string(o.Mode)); err != nil {
+		errs = append(errs, fmt.Errorf("--mode: %w", err))
+	}
+	if problems := validation.IsDNS1123Label(o.VeleroNamespace); len(problems) > 0 {
+		errs = append(errs, fmt.Errorf("--velero-namespace %q is not a namespace name: %s", o.VeleroNamespace, strings.Join(problems, "; ")))
+	}
+	if strings.TrimSpace(o.PluginDir) == "" {
+		errs = append(errs, errors.New("--plugin-dir must name a directory"))
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--sync-frequency", o.SyncFrequency},
+		{"--plugin-call-timeout", o.PluginCallTimeout},
+		{"--progress-update-interval", o.ProgressUpdateInterval},
+		{"--stall-after", o.StallAfter},
+	} {
+		if d.value <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be a positive duration, got %s", d.flag, d.value))
+		}
+	}
+	for _, n := range []struct {
+		flag  string
+		value int
+	}{
+		{"--max-concurrent-reconciles", o.MaxConcurrentReconciles},
+		{"--max-progress-failures", o.MaxProgressFailures},
+	} {
+		if n.value < 1 {
+			errs = append(errs, fmt.Errorf("%s must be at least 1, got %d", n.flag, n.value))
+		}
+	}
+	if o.HealthProbeBindAddress == "" {
+		errs = append(errs, errors.New("--health-probe-bind-address must be set: the liveness and readiness probes need it"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,113 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package options
+
+import (
+	"flag"
+	"io"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+func parse(args ...string) (Options, error) {
+	o := New()
+	fs := flag.NewFlagSet("itemops", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	return o, o.Validate()
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	g := NewWithT(t)
+	o, err := parse()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(o.Mode).To(Equal(ModeObserve))
+	g.Expect(o.VeleroNamespace).To(Equal("velero"))
+	g.Expect(o.PluginDir).To(Equal("/plugins"))
+	g.Expect(o.SyncFrequency).To(Equal(10 * time.Second))
+	g.Expect(o.PluginCallTimeout).To(Equal(30 * time.Second))
+	g.Expect(o.ProgressUpdateInterval).To(Equal(30 * time.Second))
+	g.Expect(o.MaxProgressFailures).To(Equal(5))
+	g.Expect(o.StallAfter).To(Equal(15 * time.Minute))
+	g.Expect(o.LeaderElect).To(BeFalse())
+}
+
+func TestFlagsAreParsed(t *testing.T) {
+	g := NewWithT(t)
+	o, err := parse("--mode=manage", "--velero-namespace=backup-system", "--plugin-dir=/opt/plugins",
+		"--sync-frequency=2s", "--max-concurrent-reconciles=32", "--plugin-call-timeout=5s",
+		"--progress-update-interval=1m", "--max-progress-failures=3", "--stall-after=30m",
+		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--leader-elect")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(o).To(Equal(Options{
+		Mode:                    ModeManage,
+		VeleroNamespace:         "backup-system",
+		PluginDir:               "/opt/plugins",
+		SyncFrequency:           2 * time.Second,
+		MaxConcurrentReconciles: 32,
+		PluginCallTimeout:       5 * time.Second,
+		ProgressUpdateInterval:  time.Minute,
+		MaxProgressFailures:     3,
+		StallAfter:              30 * time.Minute,
+		MetricsBindAddress:      "0",
+		HealthProbeBindAddress:  "127.0.0.1:9440",
+		LeaderElect:             true,
+	}))
+}
+
+func TestBadValuesAreRejectedWithTheirFlag(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"unknown mode", []string{"--mode=takeover"}, []string{`unknown mode "takeover": must be one of observe, manage`}},
+		{"mode in capitals", []string{"--mode=Manage"}, []string{`unknown mode "Manage"`}},
+		{"unknown flag", []string{"--poll-everything"}, []string{"flag provided but not defined: -poll-everything"}},
+		{"namespace not a DNS label", []string{"--velero-namespace=Velero_NS"}, []string{`--velero-namespace "Velero_NS" is not a namespace name`}},
+		{"empty namespace", []string{"--velero-namespace="}, []string{`--velero-namespace "" is not a namespace name`}},
+		{"empty plugin dir", []string{"--plugin-dir="}, []string{"--plugin-dir must name a directory"}},
+		{"zero sync frequency", []string{"--sync-frequency=0s"}, []string{"--sync-frequency must be a positive duration, got 0s"}},
+		{"negative call timeout", []string{"--plugin-call-timeout=-1s"}, []string{"--plugin-call-timeout must be a positive duration, got -1s"}},
+		{"zero progress interval", []string{"--progress-update-interval=0"}, []string{"--progress-update-interval must be a positive duration"}},
+		{"zero stall", []string{"--stall-after=0"}, []string{"--stall-after must be a positive duration"}},
+		{"not a duration", []string{"--sync-frequency=often"}, []string{`invalid value "often" for flag -sync-frequency`}},
+		{"zero concurrency", []string{"--max-concurrent-reconciles=0"}, []string{"--max-concurrent-reconciles must be at least 1, got 0"}},
+		{"zero failure budget", []string{"--max-progress-failures=0"}, []string{"--max-progress-failures must be at least 1, got 0"}},
+		{"no probe address", []string{"--health-probe-bind-address="}, []string{"--health-probe-bind-address must be set"}},
+		{
+			"every problem at once",
+			[]string{"--sync-frequency=0s", "--max-concurrent-reconciles=0", "--velero-namespace=A"},
+			[]string{"--sync-frequency must be", "--max-concurrent-reconciles must be", "--velero-namespace \"A\""},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			_, err := parse(tc.args...)
+			g.Expect(err).To(HaveOccurred())
+			for _, want := range tc.want {
+				g.Expect(err.Error()).To(ContainSubstring(want))
+			}
+		})
+	}
+}

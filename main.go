@@ -1,0 +1,108 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command itemops runs the itemops manager beside Velero. It only wires flags,
+// the manager and the reconcilers together; the behaviour lives in controllers/
+// and internal/.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/options"
+)
+
+// leaderElectionID names the Lease that replicas compete for.
+const leaderElectionID = "itemops.itemops.io"
+
+func main() {
+	opts := options.New()
+	opts.BindFlags(flag.CommandLine)
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "itemops takes no arguments, got %q\n", flag.Args())
+		os.Exit(2)
+	}
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "invalid flags:\n%v\n", err)
+		os.Exit(2)
+	}
+
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(velerov1api.AddToScheme(scheme))
+	utilruntime.Must(itemopsv1alpha1.AddToScheme(scheme))
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		log.Error(err, "no Kubernetes API server to talk to: set --kubeconfig or KUBECONFIG, or run in a cluster")
+		os.Exit(1)
+	}
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme,
+		// Velero's objects and ItemOperations all live in Velero's namespace:
+		// watch nothing else, so a namespaced Role is enough.
+		Cache:                   cache.Options{DefaultNamespaces: map[string]cache.Config{opts.VeleroNamespace: {}}},
+		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
+		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
+		LeaderElection:          opts.LeaderElect,
+		LeaderElectionID:        leaderElectionID,
+		LeaderElectionNamespace: opts.VeleroNamespace,
+		// Give up leadership on shutdown so a new replica takes over at once.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		log.Error(err, "creating the manager")
+		os.Exit(1)
+	}
+
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "adding the health check")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "adding the readiness check")
+		os.Exit(1)
+	}
+
+	log.Info("starting manager", "mode", opts.Mode, "veleroNamespace", opts.VeleroNamespace,
+		"pluginDir", opts.PluginDir, "syncFrequency", opts.SyncFrequency,
+		"maxConcurrentReconciles", opts.MaxConcurrentReconciles, "leaderElect", opts.LeaderElect)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "running the manager")
+		os.Exit(1)
+	}
+}

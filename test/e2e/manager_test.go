@@ -1,0 +1,186 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/itemops/itemops/test/envtest"
+)
+
+// syncBuffer collects a child's output while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+func get(url string) (int, string, error) {
+	resp, err := http.Get(url) //nolint:noctx // local probe endpoint
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+func TestBadFlagsStopTheManagerWithAMessage(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"unknown mode", []string{"--mode=takeover"}, []string{`unknown mode "takeover": must be one of observe, manage`}},
+		{"unknown flag", []string{"--poll-harder"}, []string{"flag provided but not defined: -poll-harder"}},
+		{"bad values", []string{"--sync-frequency=0s", "--velero-namespace=Velero"},
+			[]string{"invalid flags:", "--sync-frequency must be a positive duration", `--velero-namespace "Velero" is not a namespace name`}},
+		{"stray argument", []string{"manage"}, []string{`itemops takes no arguments, got ["manage"]`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			var stderr bytes.Buffer
+			cmd := exec.Command(binary, tc.args...)
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			g.Expect(errors.As(err, &exit)).To(BeTrue(), "want a non-zero exit, got %v", err)
+			g.Expect(exit.ExitCode()).To(Equal(2))
+			for _, want := range tc.want {
+				g.Expect(stderr.String()).To(ContainSubstring(want))
+			}
+		})
+	}
+}
+
+func TestManagerServesProbesAndMetricsAndStopsCleanly(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+
+	kubeconfig, err := env.Kubeconfig()
+	g.Expect(err).NotTo(HaveOccurred())
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	g.Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
+
+	health, metrics := freeAddress(t), freeAddress(t)
+	var output syncBuffer
+	cmd := exec.Command(binary,
+		"--kubeconfig="+path,
+		"--velero-namespace="+envtest.VeleroNamespace,
+		"--health-probe-bind-address="+health,
+		"--metrics-bind-address="+metrics,
+		"--leader-elect",
+	)
+	cmd.Stdout, cmd.Stderr = &output, &output
+	g.Expect(cmd.Start()).To(Succeed())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+		}
+	}()
+
+	g.Eventually(func() (int, error) {
+		code, _, err := get("http://" + health + "/readyz")
+		return code, err
+	}, 30*time.Second, 100*time.Millisecond).Should(Equal(http.StatusOK), "manager output:\n%s", output.String())
+	code, _, err := get("http://" + health + "/healthz")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(code).To(Equal(http.StatusOK))
+
+	// The replica that holds the Lease is the active one.
+	lease := &coordinationv1.Lease{}
+	key := client.ObjectKey{Namespace: envtest.VeleroNamespace, Name: "itemops.itemops.io"}
+	g.Eventually(func() (string, error) {
+		if err := env.Client.Get(ctx, key, lease); err != nil {
+			return "", err
+		}
+		if lease.Spec.HolderIdentity == nil {
+			return "", nil
+		}
+		return *lease.Spec.HolderIdentity, nil
+	}, 30*time.Second, 100*time.Millisecond).ShouldNot(BeEmpty(), "manager output:\n%s", output.String())
+
+	g.Eventually(func() (string, error) {
+		_, body, err := get("http://" + metrics + "/metrics")
+		return body, err
+	}, 10*time.Second, 100*time.Millisecond).Should(ContainSubstring("leader_election_master_status"))
+
+	g.Expect(cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
+	select {
+	case err := <-exited:
+		g.Expect(err).NotTo(HaveOccurred(), "manager output:\n%s", output.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("manager did not stop within 30s of SIGTERM; output:\n%s", output.String())
+	}
+
+	// Leadership is given up on shutdown so that another replica takes over at once.
+	g.Expect(env.Client.Get(ctx, key, lease)).To(Succeed())
+	g.Expect(lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "").To(BeTrue(),
+		"lease still held by %v", lease.Spec.HolderIdentity)
+}
+
+func TestManagerWithoutAnAPIServerSaysSo(t *testing.T) {
+	g := NewWithT(t)
+	var stderr bytes.Buffer
+	cmd := exec.Command(binary, "--kubeconfig="+filepath.Join(t.TempDir(), "missing"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG=")
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	g.Expect(errors.As(err, &exit)).To(BeTrue(), "want a non-zero exit, got %v", err)
+	g.Expect(stderr.String()).To(ContainSubstring("no Kubernetes API server to talk to"))
+}

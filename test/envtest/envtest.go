@@ -1,0 +1,168 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package envtest starts a real kube-apiserver and etcd for the suites of
+// itemops, with the CRDs of itemops (config/crd/bases) and of the pinned
+// Velero module installed.
+//
+// The control plane binaries come from KUBEBUILDER_ASSETS when it is set, and
+// otherwise from hack/envtest-assets.sh, which builds them once per machine
+// from the Go module proxy.
+package envtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+)
+
+// VeleroNamespace is the namespace the suites run Velero's objects in.
+const VeleroNamespace = "velero"
+
+// Environment is a running control plane.
+type Environment struct {
+	// Config reaches the API server as an administrator.
+	Config *rest.Config
+	// Client is a direct (uncached) client with the itemops and Velero kinds.
+	Client client.Client
+	// Scheme knows the built-in, Velero and itemops kinds.
+	Scheme *k8sruntime.Scheme
+	// RepoRoot is the root of the itemops checkout.
+	RepoRoot string
+
+	env *ctrlenvtest.Environment
+}
+
+// Start runs the API server, installs the CRDs and creates the Velero namespace.
+func Start() (*Environment, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	assets, err := Assets(root)
+	if err != nil {
+		return nil, err
+	}
+	veleroCRDs, err := VeleroCRDDir(root)
+	if err != nil {
+		return nil, err
+	}
+
+	scheme := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(velerov1api.AddToScheme(scheme))
+	utilruntime.Must(itemopsv1alpha1.AddToScheme(scheme))
+
+	env := &ctrlenvtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDInstallOptions: ctrlenvtest.CRDInstallOptions{
+			Paths:              []string{filepath.Join(root, "config", "crd", "bases"), veleroCRDs},
+			ErrorIfPathMissing: true,
+			Scheme:             scheme,
+		},
+		Scheme: scheme,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("creating a client: %w", err)
+	}
+	e := &Environment{Config: cfg, Client: c, Scheme: scheme, RepoRoot: root, env: env}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: VeleroNamespace}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		_ = env.Stop()
+		return nil, fmt.Errorf("creating namespace %s: %w", VeleroNamespace, err)
+	}
+	return e, nil
+}
+
+// Stop ends the control plane.
+func (e *Environment) Stop() error {
+	return e.env.Stop()
+}
+
+// Kubeconfig returns a kubeconfig for a new administrator of the control plane.
+func (e *Environment) Kubeconfig() ([]byte, error) {
+	user, err := e.env.AddUser(ctrlenvtest.User{Name: "itemops-test", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding a user: %w", err)
+	}
+	return user.KubeConfig()
+}
+
+// RepoRoot is the root of the itemops checkout this package was compiled from.
+func RepoRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", fmt.Errorf("cannot locate the itemops checkout")
+	}
+	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		return "", fmt.Errorf("no go.mod at %s: %w", root, err)
+	}
+	return root, nil
+}
+
+// Assets returns the directory holding kube-apiserver and etcd, building them
+// through hack/envtest-assets.sh when KUBEBUILDER_ASSETS is not set.
+func Assets(root string) (string, error) {
+	cmd := exec.Command(filepath.Join(root, "hack", "envtest-assets.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("preparing envtest binaries with hack/envtest-assets.sh: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// VeleroCRDDir returns config/crd/v1/bases of the Velero module itemops is built with.
+func VeleroCRDDir(root string) (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/vmware-tanzu/velero")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("locating the Velero module: %w: %s", err, stderr.String())
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "v1", "bases")
+	if _, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("velero CRDs not found: %w", err)
+	}
+	return dir, nil
+}
