@@ -99,7 +99,7 @@ func main() {
 	}
 
 	log.Info("starting manager", "mode", opts.Mode, "veleroNamespace", opts.VeleroNamespace,
-		"pluginDir", opts.PluginDir, "syncFrequency", opts.SyncFrequency,
+		"pluginDir", opts.PluginDir, "syncFrequency", opts.SyncFrequency.String(),
 		"maxConcurrentReconciles", opts.MaxConcurrentReconciles, "leaderElect", opts.LeaderElect)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "running the manager")

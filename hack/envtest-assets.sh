@@ -28,6 +28,15 @@ if [[ -x "${dest}/kube-apiserver" && -x "${dest}/etcd" ]]; then
 fi
 
 mkdir -p "${cache_root}"
+# Test packages may ask at the same time: build once, the others wait for it.
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"${cache_root}/.lock"
+  flock 9
+  if [[ -x "${dest}/kube-apiserver" && -x "${dest}/etcd" ]]; then
+    echo "${dest}"
+    exit 0
+  fi
+fi
 work="$(mktemp -d "${cache_root}/build.XXXXXX")"
 trap 'rm -rf "${work}"' EXIT
 stage="${work}/bin"
