@@ -1,0 +1,105 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	biav2 "github.com/vmware-tanzu/velero/pkg/plugin/velero/backupitemaction/v2"
+)
+
+// The kinds of failure a caller can branch on with errors.Is.
+var (
+	// ErrPluginNotFound: no discovered binary serves the plugin name.
+	ErrPluginNotFound = errors.New("plugin not found")
+	// ErrNotSupported: the plugin cannot report on asynchronous operations
+	// (a v1 plugin, or a v2 plugin that says so).
+	ErrNotSupported = errors.New("asynchronous operations not supported")
+	// ErrInvalidOperationID: the plugin does not know the operation ID.
+	ErrInvalidOperationID = errors.New("invalid operation ID")
+	// ErrOperationFailed: the plugin reported that the operation failed, or
+	// its call failed inside the plugin (an error or a panic).
+	ErrOperationFailed = errors.New("operation failed")
+	// ErrTransport: the plugin could not be reached or did not answer in
+	// time. The only kind worth retrying.
+	ErrTransport = errors.New("plugin unreachable")
+)
+
+// Error is a failed call into a plugin.
+type Error struct {
+	// Kind is one of the Err* sentinels above.
+	Kind error
+	// Plugin is the plugin's registered name.
+	Plugin string
+	// Call names the call, for example Progress.
+	Call string
+	// Err is the cause.
+	Err error
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s of plugin %s: %v: %v", e.Call, e.Plugin, e.Kind, e.Err)
+}
+
+// Is reports whether target is the kind of e.
+func (e *Error) Is(target error) bool { return target == e.Kind }
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// IsRetryable reports whether err is a transport failure or a deadline,
+// which a later call may not repeat.
+func IsRetryable(err error) bool { return errors.Is(err, ErrTransport) }
+
+// serverMuxNotFound is how Velero's plugin server answers a name it does not serve.
+const serverMuxNotFound = "was not found or has an invalid name format"
+
+// classify turns what a gRPC call returned into an *Error of the right kind.
+func classify(call, plugin, operationID string, err error) error {
+	kind := ErrTransport
+	if s, ok := status.FromError(err); ok {
+		switch s.Code() {
+		case codes.Unknown:
+			// Velero's plugin server sends every error of the plugin itself
+			// with code Unknown; only the message tells them apart.
+			switch msg := s.Message(); {
+			case operationID != "" && msg == biav2.InvalidOperationIDError(operationID).Error():
+				kind = ErrInvalidOperationID
+			case msg == biav2.AsyncOperationsNotSupportedError().Error():
+				kind = ErrNotSupported
+			case strings.Contains(msg, serverMuxNotFound):
+				kind = ErrPluginNotFound
+			default:
+				kind = ErrOperationFailed
+			}
+			err = errors.New(s.Message())
+		case codes.Aborted:
+			// Velero's plugin server reports a panic with code Aborted.
+			kind = ErrOperationFailed
+			err = errors.New(s.Message())
+		case codes.Unimplemented:
+			kind = ErrNotSupported
+		}
+	}
+	return &Error{Kind: kind, Plugin: plugin, Call: call, Err: err}
+}

@@ -1,0 +1,361 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	hclog "github.com/hashicorp/go-hclog"
+	"k8s.io/utils/clock"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/plugin/framework/common"
+	proto "github.com/vmware-tanzu/velero/pkg/plugin/generated"
+	protobiav2 "github.com/vmware-tanzu/velero/pkg/plugin/generated/backupitemaction/v2"
+	protoriav2 "github.com/vmware-tanzu/velero/pkg/plugin/generated/restoreitemaction/v2"
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+)
+
+// Operation identifies one asynchronous operation to the plugin that started it.
+type Operation struct {
+	// Kind of the plugin that started the operation.
+	Kind itemopsv1alpha1.PluginKind
+	// Plugin is the plugin's registered name.
+	Plugin string
+	// ID is the operation ID the plugin returned.
+	ID string
+	// Backup is passed to BackupItemAction plugins, as Velero does.
+	Backup *velerov1api.Backup
+	// Restore is passed to RestoreItemAction plugins, as Velero does.
+	Restore *velerov1api.Restore
+}
+
+// Client reads the progress of operations and cancels them. Every call has a
+// deadline; failures are *Error values whose kind errors.Is can test.
+type Client interface {
+	// Progress returns what the plugin reports. When the plugin reports that
+	// the operation failed, the progress comes back with an ErrOperationFailed error.
+	Progress(ctx context.Context, op Operation) (velero.OperationProgress, error)
+	// Cancel asks the plugin to stop the operation. A plugin that cannot
+	// cancel (a v1 plugin, or one that ignores the request) returns nil.
+	Cancel(ctx context.Context, op Operation) error
+}
+
+var _ Client = (*Manager)(nil)
+
+// Options configure a Manager.
+type Options struct {
+	// Dir holds the plugin binaries.
+	Dir string
+	// CallTimeout is the deadline of every call, including the wait for the
+	// plugin process to start.
+	CallTimeout time.Duration
+	// Log receives the manager's messages and the plugins' own log lines.
+	Log logr.Logger
+	// Clock decides restart backoff; the real clock when nil.
+	Clock clock.Clock
+}
+
+// Manager discovers plugins, keeps one process per plugin binary and calls
+// the plugins. It is safe for concurrent use.
+type Manager struct {
+	opts  Options
+	log   logr.Logger
+	hclog hclog.Logger
+	clock clock.Clock
+
+	registry atomic.Pointer[Registry]
+
+	mu        sync.Mutex
+	processes map[string]*process
+	closed    bool
+
+	launches atomic.Int64
+	restarts atomic.Int64
+}
+
+// NewManager returns a Manager with an empty registry; call Discover before use.
+func NewManager(opts Options) *Manager {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	m := &Manager{
+		opts:      opts,
+		log:       opts.Log,
+		hclog:     newHCLogger(opts.Log),
+		clock:     opts.Clock,
+		processes: map[string]*process{},
+	}
+	m.registry.Store(&Registry{dir: opts.Dir, commands: map[ID]string{}, conflicts: map[ID][]string{}})
+	return m
+}
+
+// Registry returns the result of the last discovery.
+func (m *Manager) Registry() *Registry { return m.registry.Load() }
+
+// Launches counts the plugin processes started so far, discovery included.
+func (m *Manager) Launches() int64 { return m.launches.Load() }
+
+// Restarts counts the plugin processes found dead and started again.
+func (m *Manager) Restarts() int64 { return m.restarts.Load() }
+
+// Start implements manager.Runnable: it holds the plugin processes until ctx
+// ends, then kills every one of them.
+func (m *Manager) Start(ctx context.Context) error {
+	<-ctx.Done()
+	m.Close()
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: a standby
+// replica needs no plugin processes, but must still kill them on shutdown.
+func (m *Manager) NeedLeaderElection() bool { return false }
+
+// Close kills every plugin process; later calls fail.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	processes := m.processes
+	m.processes = map[string]*process{}
+	m.mu.Unlock()
+	for _, p := range processes {
+		p.close()
+	}
+}
+
+// process returns the long-lived process of the binary at path.
+func (m *Manager) process(path string) (*process, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errClosed
+	}
+	p, ok := m.processes[path]
+	if !ok {
+		p = &process{path: path, m: m}
+		m.processes[path] = p
+	}
+	return p, nil
+}
+
+// v2Kinds maps an operation's plugin kind to the Velero kinds that can report
+// progress (v2) and the older one that cannot (v1).
+func v2Kinds(kind itemopsv1alpha1.PluginKind) (v2, v1 common.PluginKind, ok bool) {
+	switch kind {
+	case itemopsv1alpha1.PluginKindBackupItemAction:
+		return common.PluginKindBackupItemActionV2, common.PluginKindBackupItemAction, true
+	case itemopsv1alpha1.PluginKindRestoreItemAction:
+		return common.PluginKindRestoreItemActionV2, common.PluginKindRestoreItemAction, true
+	}
+	return "", "", false
+}
+
+// errV1 marks a call that the v1 adapter answers without the plugin.
+var errV1 = errors.New("v1 plugin")
+
+// connect finds the binary serving the operation's plugin and connects to its
+// process. It returns errV1 for a plugin registered only as v1.
+func (m *Manager) connect(ctx context.Context, call string, op Operation) (*grpc.ClientConn, error) {
+	fail := func(kind, err error) error { return &Error{Kind: kind, Plugin: op.Plugin, Call: call, Err: err} }
+	v2, v1, ok := v2Kinds(op.Kind)
+	if !ok {
+		return nil, fail(ErrNotSupported, fmt.Errorf("no client for %s plugins", op.Kind))
+	}
+	reg := m.registry.Load()
+	path, err := reg.Command(ID{Kind: v2, Name: op.Plugin})
+	if err != nil {
+		if reg.Has(ID{Kind: v1, Name: op.Plugin}) {
+			return nil, errV1
+		}
+		return nil, fail(ErrPluginNotFound, err)
+	}
+	p, err := m.process(path)
+	if err != nil {
+		return nil, fail(ErrTransport, err)
+	}
+	conn, err := p.conn(ctx)
+	if err != nil {
+		return nil, fail(ErrTransport, err)
+	}
+	return conn, nil
+}
+
+// Progress implements Client.
+func (m *Manager) Progress(ctx context.Context, op Operation) (velero.OperationProgress, error) {
+	const call = "Progress"
+	ctx, cancel := context.WithTimeout(ctx, m.opts.CallTimeout)
+	defer cancel()
+	conn, err := m.connect(ctx, call, op)
+	if errors.Is(err, errV1) {
+		return velero.OperationProgress{}, &Error{Kind: ErrNotSupported, Plugin: op.Plugin, Call: call,
+			Err: fmt.Errorf("%s is a v1 %s, which has no asynchronous operations", op.Plugin, op.Kind)}
+	}
+	if err != nil {
+		return velero.OperationProgress{}, err
+	}
+
+	var progress *proto.OperationProgress
+	switch op.Kind {
+	case itemopsv1alpha1.PluginKindBackupItemAction:
+		backup, err := parentJSON(op.Backup, &velerov1api.Backup{})
+		if err != nil {
+			return velero.OperationProgress{}, &Error{Kind: ErrOperationFailed, Plugin: op.Plugin, Call: call, Err: err}
+		}
+		res, err := protobiav2.NewBackupItemActionClient(conn).Progress(ctx, &protobiav2.BackupItemActionProgressRequest{
+			Plugin: op.Plugin, OperationID: op.ID, Backup: backup,
+		})
+		if err != nil {
+			return velero.OperationProgress{}, classify(call, op.Plugin, op.ID, err)
+		}
+		progress = res.GetProgress()
+	default:
+		restore, err := parentJSON(op.Restore, &velerov1api.Restore{})
+		if err != nil {
+			return velero.OperationProgress{}, &Error{Kind: ErrOperationFailed, Plugin: op.Plugin, Call: call, Err: err}
+		}
+		res, err := protoriav2.NewRestoreItemActionClient(conn).Progress(ctx, &protoriav2.RestoreItemActionProgressRequest{
+			Plugin: op.Plugin, OperationID: op.ID, Restore: restore,
+		})
+		if err != nil {
+			return velero.OperationProgress{}, classify(call, op.Plugin, op.ID, err)
+		}
+		progress = res.GetProgress()
+	}
+	if progress == nil {
+		return velero.OperationProgress{}, &Error{Kind: ErrTransport, Plugin: op.Plugin, Call: call,
+			Err: errors.New("the plugin answered without a progress")}
+	}
+	out := fromProto(progress)
+	if out.Err != "" {
+		return out, &Error{Kind: ErrOperationFailed, Plugin: op.Plugin, Call: call, Err: errors.New(out.Err)}
+	}
+	return out, nil
+}
+
+// Cancel implements Client.
+func (m *Manager) Cancel(ctx context.Context, op Operation) error {
+	const call = "Cancel"
+	ctx, cancel := context.WithTimeout(ctx, m.opts.CallTimeout)
+	defer cancel()
+	conn, err := m.connect(ctx, call, op)
+	if errors.Is(err, errV1) {
+		return nil // a v1 plugin has nothing running to cancel
+	}
+	if err != nil {
+		return err
+	}
+	switch op.Kind {
+	case itemopsv1alpha1.PluginKindBackupItemAction:
+		backup, err := parentJSON(op.Backup, &velerov1api.Backup{})
+		if err != nil {
+			return &Error{Kind: ErrOperationFailed, Plugin: op.Plugin, Call: call, Err: err}
+		}
+		_, err = protobiav2.NewBackupItemActionClient(conn).Cancel(ctx, &protobiav2.BackupItemActionCancelRequest{
+			Plugin: op.Plugin, OperationID: op.ID, Backup: backup,
+		})
+		if err != nil {
+			return classify(call, op.Plugin, op.ID, err)
+		}
+	default:
+		restore, err := parentJSON(op.Restore, &velerov1api.Restore{})
+		if err != nil {
+			return &Error{Kind: ErrOperationFailed, Plugin: op.Plugin, Call: call, Err: err}
+		}
+		_, err = protoriav2.NewRestoreItemActionClient(conn).Cancel(ctx, &protoriav2.RestoreItemActionCancelRequest{
+			Plugin: op.Plugin, OperationID: op.ID, Restore: restore,
+		})
+		if err != nil {
+			return classify(call, op.Plugin, op.ID, err)
+		}
+	}
+	return nil
+}
+
+// AreAdditionalItemsReady asks a RestoreItemAction v2 plugin whether the
+// additional items it returned from Execute are ready. A v1 plugin has none
+// to wait for, so it answers true.
+func (m *Manager) AreAdditionalItemsReady(ctx context.Context, pluginName string, restore *velerov1api.Restore,
+	items []velero.ResourceIdentifier) (bool, error) {
+	const call = "AreAdditionalItemsReady"
+	ctx, cancel := context.WithTimeout(ctx, m.opts.CallTimeout)
+	defer cancel()
+	conn, err := m.connect(ctx, call, Operation{Kind: itemopsv1alpha1.PluginKindRestoreItemAction, Plugin: pluginName})
+	if errors.Is(err, errV1) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	restoreJSON, err := parentJSON(restore, &velerov1api.Restore{})
+	if err != nil {
+		return false, &Error{Kind: ErrOperationFailed, Plugin: pluginName, Call: call, Err: err}
+	}
+	req := &protoriav2.RestoreItemActionItemsReadyRequest{Plugin: pluginName, Restore: restoreJSON}
+	for _, item := range items {
+		req.AdditionalItems = append(req.AdditionalItems, &proto.ResourceIdentifier{
+			Group: item.Group, Resource: item.Resource, Namespace: item.Namespace, Name: item.Name,
+		})
+	}
+	res, err := protoriav2.NewRestoreItemActionClient(conn).AreAdditionalItemsReady(ctx, req)
+	if err != nil {
+		return false, classify(call, pluginName, "", err)
+	}
+	return res.GetReady(), nil
+}
+
+// parentJSON encodes the Backup or Restore the way Velero sends it to
+// plugins; a nil parent is sent as an empty one.
+func parentJSON[T any](parent *T, empty *T) ([]byte, error) {
+	if parent == nil {
+		parent = empty
+	}
+	b, err := json.Marshal(parent)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the parent for the plugin: %w", err)
+	}
+	return b, nil
+}
+
+// fromProto converts the wire form, leaving unset timestamps zero rather
+// than the Unix epoch.
+func fromProto(p *proto.OperationProgress) velero.OperationProgress {
+	out := velero.OperationProgress{
+		Completed:      p.GetCompleted(),
+		Err:            p.GetErr(),
+		NCompleted:     p.GetNCompleted(),
+		NTotal:         p.GetNTotal(),
+		OperationUnits: p.GetOperationUnits(),
+		Description:    p.GetDescription(),
+	}
+	if p.GetStarted() != nil {
+		out.Started = p.GetStarted().AsTime()
+	}
+	if p.GetUpdated() != nil {
+		out.Updated = p.GetUpdated().AsTime()
+	}
+	return out
+}

@@ -1,0 +1,227 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hcplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/vmware-tanzu/velero/pkg/plugin/framework"
+	"github.com/vmware-tanzu/velero/pkg/plugin/framework/common"
+)
+
+// errClosed is returned once the Manager has been closed.
+var errClosed = errors.New("plugin manager is shut down")
+
+const (
+	// stableAfter is how long a process must have run for its exit to count
+	// as a one-off rather than part of a crash loop.
+	stableAfter = time.Minute
+	// maxBackoff bounds the wait between two starts of a crashing binary.
+	maxBackoff = time.Minute
+)
+
+// restartBackoff is the wait before the next start after failures starts or
+// early exits in a row: the first restart is immediate, then 1s, 2s, 4s… up
+// to maxBackoff.
+func restartBackoff(failures int) time.Duration {
+	if failures <= 1 {
+		return 0
+	}
+	d := time.Second
+	for i := 2; i < failures && d < maxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxBackoff)
+}
+
+// connPlugin hands out the gRPC connection of a plugin process. Every kind a
+// Velero plugin binary serves shares that one connection, so one dispense is
+// enough, and calls go straight to Velero's generated stubs with a context.
+type connPlugin struct {
+	hcplugin.NetRPCUnsupportedPlugin
+}
+
+// GRPCServer implements hcplugin.GRPCPlugin; itemops only ever is the client.
+func (connPlugin) GRPCServer(*hcplugin.GRPCBroker, *grpc.Server) error {
+	return errors.New("itemops does not serve plugins")
+}
+
+// GRPCClient implements hcplugin.GRPCPlugin.
+func (connPlugin) GRPCClient(_ context.Context, _ *hcplugin.GRPCBroker, conn *grpc.ClientConn) (any, error) {
+	return conn, nil
+}
+
+// running is one live plugin process.
+type running struct {
+	client  *hcplugin.Client
+	conn    *grpc.ClientConn
+	started time.Time
+}
+
+func (r *running) alive() bool { return r != nil && !r.client.Exited() }
+
+// launch is one start of a process that callers may wait for.
+type launch struct {
+	done chan struct{}
+	r    *running
+	err  error
+}
+
+// process is the one long-lived process of a plugin binary, shared by every caller.
+type process struct {
+	path string
+	m    *Manager
+
+	current atomic.Pointer[running]
+
+	mu        sync.Mutex
+	launching *launch
+	failures  int
+	notBefore time.Time
+	closed    bool
+}
+
+// conn returns the connection of a live process, starting one when there is
+// none. It never waits past ctx.
+func (p *process) conn(ctx context.Context) (*grpc.ClientConn, error) {
+	if r := p.current.Load(); r.alive() {
+		return r.conn, nil
+	}
+	l, err := p.launchOrJoin()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-l.done:
+		if l.err != nil {
+			return nil, l.err
+		}
+		return l.r.conn, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for plugin binary %s to start: %w", p.path, ctx.Err())
+	}
+}
+
+func (p *process) launchOrJoin() (*launch, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errClosed
+	}
+	if p.launching != nil {
+		return p.launching, nil
+	}
+	now := p.m.clock.Now()
+	if r := p.current.Load(); r != nil {
+		if r.alive() {
+			l := &launch{done: make(chan struct{}), r: r}
+			close(l.done)
+			return l, nil
+		}
+		// The process exited (crashed, was killed, or was OOM-killed):
+		// release what is left of it and start over.
+		r.client.Kill()
+		p.current.Store(nil)
+		if now.Sub(r.started) >= stableAfter {
+			p.failures = 1
+		} else {
+			p.failures++
+		}
+		p.notBefore = now.Add(restartBackoff(p.failures))
+		p.m.restarts.Add(1)
+		p.m.log.Info("plugin process exited; restarting it", "binary", p.path,
+			"ranFor", now.Sub(r.started).Round(time.Millisecond).String(), "exitsInARow", p.failures)
+	}
+	if wait := p.notBefore.Sub(now); wait > 0 {
+		return nil, fmt.Errorf("plugin binary %s exited or failed to start %d times in a row; next start in %s",
+			p.path, p.failures, wait.Round(time.Millisecond))
+	}
+	l := &launch{done: make(chan struct{})}
+	p.launching = l
+	go p.run(l)
+	return l, nil
+}
+
+func (p *process) run(l *launch) {
+	r, err := p.m.start(p.path)
+	p.mu.Lock()
+	p.launching = nil
+	if err == nil && p.closed {
+		r.client.Kill()
+		r, err = nil, errClosed
+	}
+	if err != nil {
+		p.failures++
+		p.notBefore = p.m.clock.Now().Add(restartBackoff(p.failures))
+		p.m.log.Error(err, "starting plugin process", "binary", p.path, "failuresInARow", p.failures)
+	} else {
+		p.current.Store(r)
+	}
+	l.r, l.err = r, err
+	p.mu.Unlock()
+	close(l.done)
+}
+
+// close kills the process, if any, and refuses new starts.
+func (p *process) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if r := p.current.Swap(nil); r != nil {
+		r.client.Kill()
+	}
+}
+
+// start launches one process of the binary at path and connects to it.
+func (m *Manager) start(path string) (*running, error) {
+	cmd := exec.Command(path) //nolint:gosec // path comes from discovery in the plugin directory only
+	dieWithParent(cmd)
+	client := hcplugin.NewClient(&hcplugin.ClientConfig{
+		HandshakeConfig:  framework.Handshake(),
+		AllowedProtocols: []hcplugin.Protocol{hcplugin.ProtocolGRPC},
+		Plugins:          map[string]hcplugin.Plugin{string(common.PluginKindPluginLister): connPlugin{}},
+		Cmd:              cmd,
+		Logger:           m.hclog,
+		StartTimeout:     m.opts.CallTimeout,
+	})
+	m.launches.Add(1)
+	protocol, err := client.Client()
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("starting %s: %w", path, err)
+	}
+	raw, err := protocol.Dispense(string(common.PluginKindPluginLister))
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("connecting to %s: %w", path, err)
+	}
+	conn, ok := raw.(*grpc.ClientConn)
+	if !ok {
+		client.Kill()
+		return nil, fmt.Errorf("connecting to %s: got %T, not a gRPC connection", path, raw)
+	}
+	return &running{client: client, conn: conn, started: m.clock.Now()}, nil
+}

@@ -1,0 +1,205 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/vmware-tanzu/velero/pkg/plugin/framework/common"
+	proto "github.com/vmware-tanzu/velero/pkg/plugin/generated"
+)
+
+// ID is a plugin as a binary registers it: a Velero plugin kind (for example
+// BackupItemActionV2) and a name (for example velero.io/csi-pvc-backupper).
+type ID struct {
+	Kind common.PluginKind
+	Name string
+}
+
+// String implements fmt.Stringer.
+func (id ID) String() string { return string(id.Kind) + "/" + id.Name }
+
+// Problem is a file in the plugin directory that was skipped, and why.
+type Problem struct {
+	Path string
+	Err  error
+}
+
+// Registry is what discovery found: which binary serves each plugin.
+type Registry struct {
+	dir       string
+	commands  map[ID]string
+	conflicts map[ID][]string
+	problems  []Problem
+}
+
+// IDs returns every plugin that can be called, sorted.
+func (r *Registry) IDs() []ID {
+	ids := make([]ID, 0, len(r.commands))
+	for id := range r.commands {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b ID) int { return strings.Compare(a.String(), b.String()) })
+	return ids
+}
+
+// Problems returns the files that were skipped and the names that more than
+// one binary registered.
+func (r *Registry) Problems() []Problem { return slices.Clone(r.problems) }
+
+// Has reports whether a binary serves id.
+func (r *Registry) Has(id ID) bool {
+	_, ok := r.commands[id]
+	return ok
+}
+
+// Command returns the binary that serves id.
+func (r *Registry) Command(id ID) (string, error) {
+	if path, ok := r.commands[id]; ok {
+		return path, nil
+	}
+	if paths, ok := r.conflicts[id]; ok {
+		return "", fmt.Errorf("%s is registered by more than one binary (%s); remove all but one from %s",
+			id, strings.Join(paths, ", "), r.dir)
+	}
+	return "", fmt.Errorf("no binary in %s registers %s", r.dir, id)
+}
+
+// discoveryConcurrency bounds the binaries started at once during discovery.
+const discoveryConcurrency = 4
+
+// Discover asks every executable in the plugin directory (recursively, as
+// Velero does) which plugins it serves, and makes the result the registry
+// that calls resolve names against. Files that are not Velero plugins, fail
+// the handshake or register invalid or duplicate names are skipped and
+// reported in the registry's Problems; nothing here is fatal.
+func (m *Manager) Discover(ctx context.Context) *Registry {
+	reg := &Registry{dir: m.opts.Dir, commands: map[ID]string{}, conflicts: map[ID][]string{}}
+	paths, problems := executables(m.opts.Dir)
+	reg.problems = append(reg.problems, problems...)
+
+	type listing struct {
+		ids []ID
+		err error
+	}
+	results := make([]listing, len(paths))
+	sem := make(chan struct{}, discoveryConcurrency)
+	var wg sync.WaitGroup
+	for i, path := range paths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			ids, err := m.list(ctx, path)
+			results[i] = listing{ids, err}
+		}()
+	}
+	wg.Wait()
+
+	owners := map[ID][]string{}
+	for i, path := range paths {
+		if results[i].err != nil {
+			reg.problems = append(reg.problems, Problem{Path: path, Err: results[i].err})
+			continue
+		}
+		for _, id := range results[i].ids {
+			if err := common.ValidatePluginName(id.Name, nil); err != nil {
+				reg.problems = append(reg.problems, Problem{Path: path, Err: fmt.Errorf("skipping %s: %w", id, err)})
+				continue
+			}
+			owners[id] = append(owners[id], path)
+		}
+	}
+	for id, paths := range owners {
+		if len(paths) == 1 {
+			reg.commands[id] = paths[0]
+			continue
+		}
+		// Velero refuses to start when two binaries register one name; we
+		// cannot know which one Velero's operation came from, so neither is used.
+		reg.conflicts[id] = paths
+		reg.problems = append(reg.problems, Problem{Path: paths[1],
+			Err: fmt.Errorf("%s is also registered by %s; neither is used", id, strings.Join(paths[:1], ", "))})
+	}
+	slices.SortFunc(reg.problems, func(a, b Problem) int { return strings.Compare(a.Path, b.Path) })
+
+	for _, p := range reg.problems {
+		m.log.Error(p.Err, "skipping in plugin directory", "path", p.Path)
+	}
+	m.log.Info("discovered plugins", "dir", m.opts.Dir, "binaries", len(paths), "plugins", len(reg.commands), "problems", len(reg.problems))
+	m.registry.Store(reg)
+	return reg
+}
+
+// list starts the binary, asks its PluginLister what it serves, and stops it.
+func (m *Manager) list(ctx context.Context, path string) ([]ID, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.CallTimeout)
+	defer cancel()
+	r, err := m.start(path)
+	if err != nil {
+		return nil, fmt.Errorf("not a Velero plugin, or it failed the handshake: %w", err)
+	}
+	defer r.client.Kill()
+	resp, err := proto.NewPluginListerClient(r.conn).ListPlugins(ctx, &proto.Empty{})
+	if err != nil {
+		return nil, fmt.Errorf("listing its plugins: %w", err)
+	}
+	ids := make([]ID, 0, len(resp.GetPlugins()))
+	for _, p := range resp.GetPlugins() {
+		ids = append(ids, ID{Kind: common.PluginKind(p.GetKind()), Name: p.GetName()})
+	}
+	return ids, nil
+}
+
+// executables returns the executable regular files below dir, sorted.
+func executables(dir string) ([]string, []Problem) {
+	var paths []string
+	var problems []Problem
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			problems = append(problems, Problem{Path: path, Err: err})
+			if d != nil && d.IsDir() && path != dir {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			return nil
+		}
+		info, err := os.Stat(path) // follows links, as exec does
+		if err != nil {
+			problems = append(problems, Problem{Path: path, Err: err})
+			return nil
+		}
+		if info.Mode().IsRegular() && info.Mode().Perm()&0o111 != 0 {
+			paths = append(paths, path)
+		}
+		return nil
+	})
+	if err != nil {
+		problems = append(problems, Problem{Path: dir, Err: err})
+	}
+	return paths, problems
+}

@@ -1,0 +1,296 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package sim simulates the long-running uploads and downloads of the sample
+// plugins. An operation's state lives in a file in a state directory, so it
+// survives a restart of the plugin process, as Velero requires of operation
+// IDs. How an operation behaves is read from annotations on the item the
+// plugin acts on.
+package sim
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	biav2 "github.com/vmware-tanzu/velero/pkg/plugin/velero/backupitemaction/v2"
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+)
+
+// The annotations that drive an operation, set on the item being backed up
+// or restored, and the label that makes the sample actions apply to it.
+const (
+	// LabelSelect marks the items the sample actions act on (any value).
+	LabelSelect = "itemops.io/sample-operation"
+	// AnnotationSize is the bytes to move, a quantity such as 10Gi. Default 1Gi.
+	AnnotationSize = "itemops.io/sample-size"
+	// AnnotationSpeed is bytes per second, a quantity such as 100Mi. Default 100Mi.
+	AnnotationSpeed = "itemops.io/sample-speed"
+	// AnnotationFailAt makes the operation fail when it reaches this percentage.
+	AnnotationFailAt = "itemops.io/sample-fail-at"
+	// AnnotationHangProgress makes Progress block: "true" for ever, or a
+	// duration such as 5s for that long on every call.
+	AnnotationHangProgress = "itemops.io/sample-hang-progress"
+	// AnnotationCrashOnce ("true") makes the plugin process exit during the
+	// first Progress call of the operation.
+	AnnotationCrashOnce = "itemops.io/sample-crash-once"
+	// AnnotationIgnoreCancel ("true") makes Cancel return without stopping anything.
+	AnnotationIgnoreCancel = "itemops.io/sample-ignore-cancel"
+
+	// EnvStateDir names the state directory; default <tmp>/itemops-sample-plugin.
+	EnvStateDir = "ITEMOPS_SAMPLE_STATE_DIR"
+)
+
+// State is one simulated operation, as stored in its file.
+type State struct {
+	ID           string        `json:"id"`
+	Direction    string        `json:"direction"`
+	Item         string        `json:"item"`
+	Size         int64         `json:"size"`
+	Speed        int64         `json:"speed"`
+	FailAt       int           `json:"failAt"`
+	HangForever  bool          `json:"hangForever,omitempty"`
+	HangFor      time.Duration `json:"hangFor,omitempty"`
+	CrashOnce    bool          `json:"crashOnce,omitempty"`
+	Crashed      bool          `json:"crashed,omitempty"`
+	IgnoreCancel bool          `json:"ignoreCancel,omitempty"`
+	Started      time.Time     `json:"started"`
+	Canceled     *time.Time    `json:"canceled,omitempty"`
+	// Cancels counts the Cancel calls received.
+	Cancels int `json:"cancels,omitempty"`
+	// ProgressCalls counts the Progress calls answered.
+	ProgressCalls int `json:"progressCalls,omitempty"`
+}
+
+// Duration is how long the transfer takes in all.
+func (s *State) Duration() time.Duration {
+	return time.Duration(float64(s.Size) / float64(s.Speed) * float64(time.Second))
+}
+
+// CompletesAt is when the transfer finishes (or fails, with FailAt), by the
+// plugin's own clock: the plugin-side completion time.
+func (s *State) CompletesAt() time.Time {
+	d := s.Duration()
+	if s.FailAt >= 0 {
+		d = d * time.Duration(s.FailAt) / 100
+	}
+	return s.Started.Add(d)
+}
+
+// Store keeps operation states in a directory.
+type Store struct {
+	dir string
+	now func() time.Time
+	// mu serialises read-modify-write of state files within the process.
+	mu sync.Mutex
+}
+
+// NewStore returns the store of the directory named by EnvStateDir.
+func NewStore() (*Store, error) {
+	dir := os.Getenv(EnvStateDir)
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "itemops-sample-plugin")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating state directory: %w", err)
+	}
+	return &Store{dir: dir, now: time.Now}, nil
+}
+
+// Dir is the state directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Start begins an operation for the item with these annotations.
+func (s *Store) Start(direction, item string, annotations map[string]string) (string, error) {
+	st := &State{Direction: direction, Item: item, Size: 1 << 30, Speed: 100 << 20, FailAt: -1, Started: s.now()}
+	var err error
+	if v, ok := annotations[AnnotationSize]; ok {
+		if st.Size, err = quantity(AnnotationSize, v); err != nil {
+			return "", err
+		}
+	}
+	if v, ok := annotations[AnnotationSpeed]; ok {
+		if st.Speed, err = quantity(AnnotationSpeed, v); err != nil {
+			return "", err
+		}
+		if st.Speed <= 0 {
+			return "", fmt.Errorf("%s must be positive, got %q", AnnotationSpeed, v)
+		}
+	}
+	if v, ok := annotations[AnnotationFailAt]; ok {
+		if st.FailAt, err = strconv.Atoi(v); err != nil || st.FailAt < 0 || st.FailAt > 100 {
+			return "", fmt.Errorf("%s must be a percentage from 0 to 100, got %q", AnnotationFailAt, v)
+		}
+	}
+	if v, ok := annotations[AnnotationHangProgress]; ok {
+		if v == "true" {
+			st.HangForever = true
+		} else if st.HangFor, err = time.ParseDuration(v); err != nil {
+			return "", fmt.Errorf("%s must be true or a duration, got %q", AnnotationHangProgress, v)
+		}
+	}
+	st.CrashOnce = annotations[AnnotationCrashOnce] == "true"
+	st.IgnoreCancel = annotations[AnnotationIgnoreCancel] == "true"
+
+	suffix := make([]byte, 6)
+	if _, err := rand.Read(suffix); err != nil {
+		return "", err
+	}
+	st.ID = fmt.Sprintf("sample-%s-%d-%s", direction, st.Started.UnixNano(), hex.EncodeToString(suffix))
+	return st.ID, s.save(st)
+}
+
+func quantity(name, v string) (int64, error) {
+	q, err := resource.ParseQuantity(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s must be a quantity such as 10Gi, got %q: %w", name, v, err)
+	}
+	return q.Value(), nil
+}
+
+// Load returns the state of an operation, or Velero's invalid-operation-ID
+// error when there is none.
+func (s *Store) Load(id string) (*State, error) {
+	if id == "" || strings.ContainsAny(id, "/\\") || strings.Contains(id, "..") {
+		return nil, biav2.InvalidOperationIDError(id)
+	}
+	b, err := os.ReadFile(s.path(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, biav2.InvalidOperationIDError(id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := &State{}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("reading state of operation %s: %w", id, err)
+	}
+	return st, nil
+}
+
+// Progress reports how far the operation got, hanging or crashing first
+// when its annotations say so.
+func (s *Store) Progress(id string) (velero.OperationProgress, error) {
+	st, err := s.Load(id)
+	if err != nil {
+		return velero.OperationProgress{}, err
+	}
+	if st.HangForever {
+		select {}
+	}
+	if st.HangFor > 0 {
+		time.Sleep(st.HangFor)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, err = s.Load(id); err != nil {
+		return velero.OperationProgress{}, err
+	}
+	if st.CrashOnce && !st.Crashed {
+		st.Crashed = true
+		if err := s.save(st); err != nil {
+			return velero.OperationProgress{}, err
+		}
+		fmt.Fprintf(os.Stderr, "sample plugin: crashing on purpose during Progress of %s\n", id)
+		os.Exit(3)
+	}
+	st.ProgressCalls++
+	if err := s.save(st); err != nil {
+		return velero.OperationProgress{}, err
+	}
+	return st.progressAt(s.now()), nil
+}
+
+// progressAt is the progress of the operation at a time.
+func (st *State) progressAt(now time.Time) velero.OperationProgress {
+	p := velero.OperationProgress{
+		NTotal:         st.Size,
+		OperationUnits: "Bytes",
+		Started:        st.Started,
+		Updated:        now,
+		Description:    st.Direction + "ing",
+	}
+	at := now
+	if st.Canceled != nil && !st.IgnoreCancel {
+		at = *st.Canceled
+	}
+	done := int64(at.Sub(st.Started).Seconds() * float64(st.Speed))
+	done = max(0, min(done, st.Size))
+	p.NCompleted = done
+	switch {
+	case st.FailAt >= 0 && done*100 >= int64(st.FailAt)*st.Size:
+		p.NCompleted = int64(st.FailAt) * st.Size / 100
+		p.Completed, p.Err, p.Description = true, fmt.Sprintf("simulated failure at %d%%", st.FailAt), "failed"
+		p.Updated = st.CompletesAt()
+	case st.Canceled != nil && !st.IgnoreCancel:
+		p.Completed, p.Err, p.Description = true, "operation canceled", "canceled"
+		p.Updated = *st.Canceled
+	case done >= st.Size:
+		p.Completed, p.Description = true, "completed"
+		p.Updated = st.CompletesAt()
+	}
+	return p
+}
+
+// Cancel stops the operation unless its annotations say to ignore it.
+func (s *Store) Cancel(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, err := s.Load(id)
+	if err != nil {
+		return err
+	}
+	st.Cancels++
+	if !st.IgnoreCancel && st.Canceled == nil {
+		now := s.now()
+		st.Canceled = &now
+	}
+	return s.save(st)
+}
+
+func (s *Store) path(id string) string { return filepath.Join(s.dir, id+".json") }
+
+// save writes the state atomically, so a crash never leaves half a file.
+func (s *Store) save(st *State) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(s.dir, ".state-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		_ = tmp.Close()
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), s.path(st.ID))
+}
