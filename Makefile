@@ -55,7 +55,7 @@ envtest: ## Build (once per machine) the kube-apiserver and etcd the tests run a
 
 .PHONY: test
 test: verify vet ## Check generated files, vet, and run the unit and envtest suites.
-	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test ./... -count=1
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -race ./... -count=1
 
 ##@ Build
 

@@ -20,6 +20,7 @@ limitations under the License.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -37,6 +38,7 @@ import (
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/internal/options"
+	"github.com/itemops/itemops/internal/plugin"
 )
 
 // leaderElectionID names the Lease that replicas compete for.
@@ -86,6 +88,19 @@ func main() {
 	})
 	if err != nil {
 		log.Error(err, "creating the manager")
+		os.Exit(1)
+	}
+
+	// Plugins are found before anything can ask for one; what cannot be used
+	// is logged and skipped, never fatal.
+	plugins := plugin.NewManager(plugin.Options{
+		Dir:         opts.PluginDir,
+		CallTimeout: opts.PluginCallTimeout,
+		Log:         ctrl.Log.WithName("plugins"),
+	})
+	plugins.Discover(ctrl.LoggerInto(context.Background(), log))
+	if err := mgr.Add(plugins); err != nil {
+		log.Error(err, "adding the plugin manager")
 		os.Exit(1)
 	}
 

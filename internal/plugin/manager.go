@@ -26,8 +26,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"google.golang.org/grpc"
 	hclog "github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
 	"k8s.io/utils/clock"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -145,6 +145,19 @@ func (m *Manager) Close() {
 	for _, p := range processes {
 		p.close()
 	}
+}
+
+// pids returns the process IDs of the live plugin processes, by binary.
+func (m *Manager) pids() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{}
+	for path, p := range m.processes {
+		if r := p.current.Load(); r.alive() {
+			out[path] = r.pid
+		}
+	}
+	return out
 }
 
 // process returns the long-lived process of the binary at path.

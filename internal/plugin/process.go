@@ -78,6 +78,7 @@ func (connPlugin) GRPCClient(_ context.Context, _ *hcplugin.GRPCBroker, conn *gr
 type running struct {
 	client  *hcplugin.Client
 	conn    *grpc.ClientConn
+	pid     int
 	started time.Time
 }
 
@@ -223,5 +224,5 @@ func (m *Manager) start(path string) (*running, error) {
 		client.Kill()
 		return nil, fmt.Errorf("connecting to %s: got %T, not a gRPC connection", path, raw)
 	}
-	return &running{client: client, conn: conn, started: m.clock.Now()}, nil
+	return &running{client: client, conn: conn, pid: cmd.Process.Pid, started: m.clock.Now()}, nil
 }

@@ -76,7 +76,7 @@ type datamover struct {
 
 var _ biav2.BackupItemAction = (*datamover)(nil)
 
-func (d *datamover) Name() string                                 { return DatamoverName }
+func (d *datamover) Name() string                                { return DatamoverName }
 func (d *datamover) AppliesTo() (velero.ResourceSelector, error) { return selector() }
 
 func (d *datamover) Execute(item runtime.Unstructured, backup *velerov1api.Backup) (
@@ -110,7 +110,7 @@ type restorer struct {
 
 var _ riav2.RestoreItemAction = (*restorer)(nil)
 
-func (r *restorer) Name() string                                 { return RestorerName }
+func (r *restorer) Name() string                                { return RestorerName }
 func (r *restorer) AppliesTo() (velero.ResourceSelector, error) { return selector() }
 
 func (r *restorer) Execute(input *velero.RestoreItemActionExecuteInput) (*velero.RestoreItemActionExecuteOutput, error) {

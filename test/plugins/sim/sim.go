@@ -36,8 +36,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	biav2 "github.com/vmware-tanzu/velero/pkg/plugin/velero/backupitemaction/v2"
 	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+	biav2 "github.com/vmware-tanzu/velero/pkg/plugin/velero/backupitemaction/v2"
 )
 
 // The annotations that drive an operation, set on the item being backed up

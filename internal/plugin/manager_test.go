@@ -1,0 +1,511 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/plugin/framework/common"
+	protobiav2 "github.com/vmware-tanzu/velero/pkg/plugin/generated/backupitemaction/v2"
+	protoriav2 "github.com/vmware-tanzu/velero/pkg/plugin/generated/restoreitemaction/v2"
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/plugins/sim"
+)
+
+const (
+	datamover  = "itemops.io/sample-datamover"
+	restorer   = "itemops.io/sample-restorer"
+	v1Backup   = "itemops.io/sample-v1-backupper"
+	v1Restorer = "itemops.io/sample-v1-restorer"
+)
+
+// logSink collects what reaches the manager's logger.
+type logSink struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (s *logSink) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.lines = append(s.lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: 1})
+}
+
+func (s *logSink) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.lines, "\n")
+}
+
+// pluginDir returns a new plugin directory holding the named sample binaries.
+func pluginDir(t *testing.T, binaries ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, b := range binaries {
+		if err := os.Symlink(filepath.Join(binDir, b), filepath.Join(dir, b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// newManager discovers the plugins of dir and kills them at the end of the test.
+func newManager(t *testing.T, dir string, timeout time.Duration) (*Manager, *logSink) {
+	t.Helper()
+	logs := &logSink{}
+	m := NewManager(Options{Dir: dir, CallTimeout: timeout, Log: logs.logger()})
+	m.Discover(context.Background())
+	t.Cleanup(m.Close)
+	return m, logs
+}
+
+// item is a labelled ConfigMap carrying the annotations that drive a simulated transfer.
+func item(annotations map[string]string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"apiVersion": "v1",
+		"kind":       "ConfigMap",
+		"metadata": map[string]any{
+			"name": "data", "namespace": "shop",
+			"labels":      map[string]string{sim.LabelSelect: "true"},
+			"annotations": annotations,
+		},
+	})
+	return b
+}
+
+var backup = &velerov1api.Backup{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "velero", UID: "b-1"}}
+var restore = &velerov1api.Restore{ObjectMeta: metav1.ObjectMeta{Name: "nightly-restore", Namespace: "velero", UID: "r-1"}}
+
+// startUpload runs the sample BackupItemAction's Execute over the wire, as
+// Velero's backup controller does, and returns the operation ID.
+func startUpload(t *testing.T, m *Manager, annotations map[string]string) string {
+	t.Helper()
+	conn, err := m.connect(context.Background(), "Execute", Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: datamover})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(backup)
+	res, err := protobiav2.NewBackupItemActionClient(conn).Execute(context.Background(),
+		&protobiav2.ExecuteRequest{Plugin: datamover, Item: item(annotations), Backup: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.GetOperationID() == "" {
+		t.Fatal("Execute returned no operation ID")
+	}
+	return res.GetOperationID()
+}
+
+// startDownload runs the sample RestoreItemAction's Execute over the wire.
+func startDownload(t *testing.T, m *Manager, annotations map[string]string) string {
+	t.Helper()
+	conn, err := m.connect(context.Background(), "Execute", Operation{Kind: itemopsv1alpha1.PluginKindRestoreItemAction, Plugin: restorer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := json.Marshal(restore)
+	res, err := protoriav2.NewRestoreItemActionClient(conn).Execute(context.Background(),
+		&protoriav2.RestoreItemActionExecuteRequest{Plugin: restorer, Item: item(annotations), ItemFromBackup: item(annotations), Restore: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.GetOperationID()
+}
+
+func upload(id string) Operation {
+	return Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: datamover, ID: id, Backup: backup}
+}
+
+func download(id string) Operation {
+	return Operation{Kind: itemopsv1alpha1.PluginKindRestoreItemAction, Plugin: restorer, ID: id, Restore: restore}
+}
+
+func state(t *testing.T, id string) *sim.State {
+	t.Helper()
+	store, err := sim.NewStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Load(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestDiscoveryListsExactlyTheRegisteredPlugins(t *testing.T) {
+	g := NewWithT(t)
+	m, _ := newManager(t, pluginDir(t, "sample", "samplev1"), 10*time.Second)
+	g.Expect(m.Registry().IDs()).To(Equal([]ID{
+		{common.PluginKindBackupItemAction, v1Backup},
+		{common.PluginKindBackupItemActionV2, datamover},
+		{common.PluginKindRestoreItemAction, v1Restorer},
+		{common.PluginKindRestoreItemActionV2, restorer},
+	}))
+	g.Expect(m.Registry().Problems()).To(BeEmpty())
+	g.Expect(m.pids()).To(BeEmpty(), "discovery leaves no process running")
+}
+
+func TestDiscoverySkipsAndReportsWhatIsNotAPlugin(t *testing.T) {
+	g := NewWithT(t)
+	dir := pluginDir(t, "samplev1")
+	write := func(name, content string, mode os.FileMode) {
+		g.Expect(os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755)).To(Succeed())
+		g.Expect(os.WriteFile(filepath.Join(dir, name), []byte(content), mode)).To(Succeed())
+	}
+	write("not-a-plugin.sh", "#!/bin/sh\necho 'I am a shell script'\n", 0o755)
+	write("hangs-at-start.sh", "#!/bin/sh\nexec sleep 600\n", 0o755)
+	write("README.md", "not executable, so not looked at\n", 0o644)
+	// Two binaries registering the same names, one in a subdirectory.
+	g.Expect(os.Symlink(filepath.Join(binDir, "sample"), filepath.Join(dir, "sample"))).To(Succeed())
+	g.Expect(os.MkdirAll(filepath.Join(dir, "vendor-b"), 0o755)).To(Succeed())
+	g.Expect(os.Symlink(filepath.Join(binDir, "sample"), filepath.Join(dir, "vendor-b", "sample-copy"))).To(Succeed())
+
+	start := time.Now()
+	m, logs := newManager(t, dir, 3*time.Second)
+	g.Expect(time.Since(start)).To(BeNumerically("<", 20*time.Second))
+
+	g.Expect(m.Registry().IDs()).To(Equal([]ID{
+		{common.PluginKindBackupItemAction, v1Backup},
+		{common.PluginKindRestoreItemAction, v1Restorer},
+	}), "the conflicting names are not used, the good binary still is")
+	var problems []string
+	for _, p := range m.Registry().Problems() {
+		problems = append(problems, filepath.Base(p.Path)+": "+p.Err.Error())
+	}
+	g.Expect(problems).To(ConsistOf(
+		HavePrefix("hangs-at-start.sh: not a Velero plugin, or it failed the handshake"),
+		HavePrefix("not-a-plugin.sh: not a Velero plugin, or it failed the handshake"),
+		And(HavePrefix("sample-copy: BackupItemActionV2/itemops.io/sample-datamover is also registered by"), ContainSubstring("neither is used")),
+		And(HavePrefix("sample-copy: RestoreItemActionV2/itemops.io/sample-restorer is also registered by"), ContainSubstring("neither is used")),
+	))
+	g.Expect(logs.String()).To(ContainSubstring("skipping in plugin directory"))
+
+	_, err := m.Progress(context.Background(), upload("x"))
+	g.Expect(errors.Is(err, ErrPluginNotFound)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("is registered by more than one binary"))
+}
+
+func TestMissingPluginDirectoryIsAProblemNotAFailure(t *testing.T) {
+	g := NewWithT(t)
+	m, _ := newManager(t, filepath.Join(t.TempDir(), "nowhere"), time.Second)
+	g.Expect(m.Registry().IDs()).To(BeEmpty())
+	g.Expect(m.Registry().Problems()).To(HaveLen(1))
+	g.Expect(m.Registry().Problems()[0].Err.Error()).To(ContainSubstring("no such file or directory"))
+}
+
+func TestProgressAdvancesAndCompletes(t *testing.T) {
+	g := NewWithT(t)
+	m, logs := newManager(t, pluginDir(t, "sample"), 10*time.Second)
+	id := startUpload(t, m, map[string]string{sim.AnnotationSize: "4Mi", sim.AnnotationSpeed: "2Mi"})
+	ctx := context.Background()
+
+	first, err := m.Progress(ctx, upload(id))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(first.Completed).To(BeFalse())
+	g.Expect(first.NTotal).To(Equal(int64(4 << 20)))
+	g.Expect(first.OperationUnits).To(Equal("Bytes"))
+	g.Expect(first.Started).NotTo(BeZero())
+
+	var last velero.OperationProgress
+	g.Eventually(func() (int64, error) {
+		p, err := m.Progress(ctx, upload(id))
+		last = p
+		return p.NCompleted, err
+	}, 5*time.Second, 100*time.Millisecond).Should(BeNumerically(">", first.NCompleted))
+	g.Eventually(func() (bool, error) {
+		p, err := m.Progress(ctx, upload(id))
+		last = p
+		return p.Completed, err
+	}, 10*time.Second, 200*time.Millisecond).Should(BeTrue())
+	g.Expect(last.NCompleted).To(Equal(last.NTotal))
+	g.Expect(last.Err).To(BeEmpty())
+
+	g.Expect(m.Launches()).To(Equal(int64(2)), "one launch for discovery, one for every call after it")
+	g.Expect(logs.String()).To(ContainSubstring("started simulated upload"), "the plugin's own log lines reach the manager's logger")
+}
+
+func TestRestoreItemActionProgressAndAdditionalItems(t *testing.T) {
+	g := NewWithT(t)
+	m, _ := newManager(t, pluginDir(t, "sample", "samplev1"), 10*time.Second)
+	ctx := context.Background()
+	id := startDownload(t, m, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "10Mi"})
+	g.Eventually(func() (bool, error) {
+		p, err := m.Progress(ctx, download(id))
+		return p.Completed, err
+	}, 5*time.Second, 100*time.Millisecond).Should(BeTrue())
+
+	ready, err := m.AreAdditionalItemsReady(ctx, restorer, restore, []velero.ResourceIdentifier{{Name: "x"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ready).To(BeTrue())
+	ready, err = m.AreAdditionalItemsReady(ctx, v1Restorer, restore, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ready).To(BeTrue(), "a v1 plugin has no additional items to wait for")
+}
+
+func TestCancelStopsTheOperation(t *testing.T) {
+	g := NewWithT(t)
+	m, _ := newManager(t, pluginDir(t, "sample"), 10*time.Second)
+	ctx := context.Background()
+	id := startUpload(t, m, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
+
+	p, err := m.Progress(ctx, upload(id))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.Completed).To(BeFalse())
+
+	g.Expect(m.Cancel(ctx, upload(id))).To(Succeed())
+	g.Expect(state(t, id).Canceled).NotTo(BeNil())
+	g.Expect(state(t, id).Cancels).To(Equal(1))
+
+	p, err = m.Progress(ctx, upload(id))
+	g.Expect(errors.Is(err, ErrOperationFailed)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("operation canceled"))
+	g.Expect(p.Completed).To(BeTrue())
+	g.Expect(p.NCompleted).To(BeNumerically("<", p.NTotal))
+
+	// Restores too.
+	rid := startDownload(t, m, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
+	g.Expect(m.Cancel(ctx, download(rid))).To(Succeed())
+	g.Expect(state(t, rid).Canceled).NotTo(BeNil())
+}
+
+func TestTypedErrors(t *testing.T) {
+	m, _ := newManager(t, pluginDir(t, "sample", "samplev1"), 10*time.Second)
+	failing := startUpload(t, m, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "100Mi", sim.AnnotationFailAt: "50"})
+
+	cases := []struct {
+		name      string
+		op        Operation
+		kind      error
+		message   string
+		retryable bool
+	}{
+		{"unknown plugin name", Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: "example.io/nobody", ID: "x"},
+			ErrPluginNotFound, "no binary in", false},
+		{"restore action name asked as a backup action", Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: restorer, ID: "x"},
+			ErrPluginNotFound, "BackupItemActionV2/itemops.io/sample-restorer", false},
+		{"v1 backup item action", Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: v1Backup, ID: "x"},
+			ErrNotSupported, "v1 BackupItemAction", false},
+		{"v1 restore item action", Operation{Kind: itemopsv1alpha1.PluginKindRestoreItemAction, Plugin: v1Restorer, ID: "x"},
+			ErrNotSupported, "v1 RestoreItemAction", false},
+		{"operation ID the plugin does not know", upload("sample-upload-0-000000000000"),
+			ErrInvalidOperationID, "operation ID sample-upload-0-000000000000 is invalid", false},
+		{"operation the plugin reports failed", upload(failing),
+			ErrOperationFailed, "simulated failure at 50%", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			_, err := m.Progress(context.Background(), tc.op)
+			if tc.kind == ErrOperationFailed {
+				g.Eventually(func() error { _, err = m.Progress(context.Background(), tc.op); return err }).Should(HaveOccurred())
+			}
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(errors.Is(err, tc.kind)).To(BeTrue(), "want %v, got %v", tc.kind, err)
+			g.Expect(err.Error()).To(ContainSubstring(tc.message))
+			g.Expect(IsRetryable(err)).To(Equal(tc.retryable))
+			var perr *Error
+			g.Expect(errors.As(err, &perr)).To(BeTrue())
+			g.Expect(perr.Plugin).To(Equal(tc.op.Plugin))
+		})
+	}
+
+	t.Run("cancel of a v1 plugin is a no-op", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(m.Cancel(context.Background(), Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: v1Backup, ID: "x"})).To(Succeed())
+	})
+}
+
+func TestHungProgressReturnsADeadlineErrorInTime(t *testing.T) {
+	g := NewWithT(t)
+	m, _ := newManager(t, pluginDir(t, "sample"), time.Second)
+	hung := startUpload(t, m, map[string]string{sim.AnnotationHangProgress: "true"})
+	healthy := startUpload(t, m, nil)
+
+	start := time.Now()
+	_, err := m.Progress(context.Background(), upload(hung))
+	elapsed := time.Since(start)
+	g.Expect(errors.Is(err, ErrTransport)).To(BeTrue(), "got %v", err)
+	g.Expect(IsRetryable(err)).To(BeTrue())
+	g.Expect(err.Error()).To(ContainSubstring("DeadlineExceeded"))
+	g.Expect(elapsed).To(BeNumerically(">=", 900*time.Millisecond))
+	g.Expect(elapsed).To(BeNumerically("<", 3*time.Second))
+
+	// The hung call does not block the process for anyone else.
+	_, err = m.Progress(context.Background(), upload(healthy))
+	g.Expect(err).NotTo(HaveOccurred())
+
+	// A caller's own shorter deadline wins.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	_, err = m.Progress(ctx, upload(hung))
+	g.Expect(IsRetryable(err)).To(BeTrue())
+	g.Expect(time.Since(start)).To(BeNumerically("<", 900*time.Millisecond))
+}
+
+func TestKilledPluginProcessIsRestartedAndOperationsSurvive(t *testing.T) {
+	g := NewWithT(t)
+	m, _ := newManager(t, pluginDir(t, "sample"), 10*time.Second)
+	ctx := context.Background()
+	id := startUpload(t, m, map[string]string{sim.AnnotationSize: "100Mi", sim.AnnotationSpeed: "1Mi"})
+	before, err := m.Progress(ctx, upload(id))
+	g.Expect(err).NotTo(HaveOccurred())
+
+	pids := m.pids()
+	g.Expect(pids).To(HaveLen(1))
+	var pid int
+	for _, p := range pids {
+		pid = p
+	}
+	g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+	g.Eventually(m.pids).Should(BeEmpty(), "the manager notices the exit")
+
+	after, err := m.Progress(ctx, upload(id))
+	g.Expect(err).NotTo(HaveOccurred(), "the next call restarts the process")
+	g.Expect(after.NCompleted).To(BeNumerically(">=", before.NCompleted), "the same operation ID still reports progress")
+	g.Expect(after.Started).To(BeTemporally("==", before.Started))
+	g.Expect(m.pids()).To(HaveLen(1))
+	g.Expect(m.pids()).NotTo(ContainElement(pid))
+	g.Expect(m.Restarts()).To(Equal(int64(1)))
+}
+
+func TestPluginCrashDuringACallIsAClearErrorThenARestart(t *testing.T) {
+	g := NewWithT(t)
+	m, _ := newManager(t, pluginDir(t, "sample"), 10*time.Second)
+	ctx := context.Background()
+	id := startUpload(t, m, map[string]string{sim.AnnotationCrashOnce: "true", sim.AnnotationSize: "100Mi", sim.AnnotationSpeed: "1Mi"})
+
+	start := time.Now()
+	_, err := m.Progress(ctx, upload(id))
+	g.Expect(errors.Is(err, ErrTransport)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("Unavailable"))
+	g.Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second), "an in-flight caller does not wait for the deadline")
+
+	g.Eventually(func() error { _, err := m.Progress(ctx, upload(id)); return err }, 10*time.Second, 50*time.Millisecond).
+		Should(Succeed())
+	g.Expect(state(t, id).Crashed).To(BeTrue())
+}
+
+func TestCrashLoopBacksOff(t *testing.T) {
+	g := NewWithT(t)
+	dir := pluginDir(t, "sample")
+	m, _ := newManager(t, dir, 5*time.Second)
+	ctx := context.Background()
+	id := startUpload(t, m, nil)
+	// The binary disappears; every start now fails.
+	g.Expect(os.Remove(filepath.Join(dir, "sample"))).To(Succeed())
+	for _, pid := range m.pids() {
+		g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+	}
+	g.Eventually(m.pids).Should(BeEmpty())
+
+	_, err := m.Progress(ctx, upload(id))
+	g.Expect(IsRetryable(err)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("starting"))
+	launches := m.Launches()
+	_, err = m.Progress(ctx, upload(id))
+	g.Expect(IsRetryable(err)).To(BeTrue())
+	g.Expect(err.Error()).To(ContainSubstring("next start in"))
+	g.Expect(m.Launches()).To(Equal(launches), "no start while backing off")
+}
+
+func TestManyConcurrentCallersShareOneProcess(t *testing.T) {
+	g := NewWithT(t)
+	m, _ := newManager(t, pluginDir(t, "sample"), 30*time.Second)
+	ids := make([]string, 10)
+	for i := range ids {
+		ids[i] = startUpload(t, m, map[string]string{sim.AnnotationSize: "1Gi", sim.AnnotationSpeed: "1Mi"})
+	}
+	launches := m.Launches()
+
+	const goroutines, calls = 100, 20
+	errs := make(chan error, goroutines*calls)
+	var wg sync.WaitGroup
+	for i := 0; i < goroutines; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < calls; j++ {
+				if _, err := m.Progress(context.Background(), upload(ids[(i+j)%len(ids)])); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var failures []error
+	for err := range errs {
+		failures = append(failures, err)
+	}
+	g.Expect(failures).To(BeEmpty())
+	g.Expect(m.Launches()).To(Equal(launches), "every call went through the one process")
+	g.Expect(m.pids()).To(HaveLen(1))
+}
+
+func TestCloseKillsEveryPluginProcess(t *testing.T) {
+	g := NewWithT(t)
+	m, _ := newManager(t, pluginDir(t, "sample", "samplev1"), 10*time.Second)
+	ctx := context.Background()
+	startUpload(t, m, nil)
+	_, _ = m.AreAdditionalItemsReady(ctx, restorer, restore, nil)
+	pids := m.pids()
+	g.Expect(pids).To(HaveLen(1))
+
+	m.Close()
+	for _, pid := range pids {
+		g.Eventually(func() error { return syscall.Kill(pid, 0) }, 10*time.Second, 50*time.Millisecond).
+			Should(MatchError(syscall.ESRCH), "plugin process %d outlived the manager", pid)
+	}
+	_, err := m.Progress(ctx, upload("x"))
+	g.Expect(err).To(MatchError(ContainSubstring("plugin manager is shut down")))
+}
+
+func TestThirdPartyPluginIsDiscovered(t *testing.T) {
+	g := NewWithT(t)
+	if awsPluginErr != nil {
+		t.Fatalf("building velero-plugin-for-aws: %v", awsPluginErr)
+	}
+	dir := t.TempDir()
+	g.Expect(os.Symlink(awsPluginPath, filepath.Join(dir, "velero-plugin-for-aws"))).To(Succeed())
+	m, _ := newManager(t, dir, 30*time.Second)
+	g.Expect(m.Registry().Problems()).To(BeEmpty())
+	g.Expect(m.Registry().IDs()).To(ContainElements(
+		ID{common.PluginKindObjectStore, "velero.io/aws"},
+		ID{common.PluginKindVolumeSnapshotter, "velero.io/aws"},
+	))
+}
