@@ -509,3 +509,18 @@ func TestThirdPartyPluginIsDiscovered(t *testing.T) {
 		ID{common.PluginKindVolumeSnapshotter, "velero.io/aws"},
 	))
 }
+
+func TestTheVeleroBinaryIsRunAsRunPlugins(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	// Stands in for /velero copied from Velero's image: it serves plugins only
+	// when started as "velero run-plugins".
+	script := "#!/bin/sh\n[ \"$1\" = run-plugins ] || exit 64\nexec " + filepath.Join(binDir, "sample") + "\n"
+	g.Expect(os.WriteFile(filepath.Join(dir, "velero"), []byte(script), 0o755)).To(Succeed())
+	m, _ := newManager(t, dir, 10*time.Second)
+	g.Expect(m.Registry().Problems()).To(BeEmpty())
+	g.Expect(m.Registry().IDs()).To(ContainElement(ID{common.PluginKindBackupItemActionV2, datamover}))
+	id := startUpload(t, m, nil)
+	_, err := m.Progress(context.Background(), upload(id))
+	g.Expect(err).NotTo(HaveOccurred())
+}

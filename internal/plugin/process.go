@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,9 +197,19 @@ func (p *process) close() {
 	}
 }
 
+// pluginArgs returns the arguments that make a binary serve plugins. The
+// velero binary serves its built-in plugins (the CSI actions among them) only
+// as "velero run-plugins", which is how Velero itself starts it.
+func pluginArgs(path string) []string {
+	if filepath.Base(path) == "velero" {
+		return []string{"run-plugins"}
+	}
+	return nil
+}
+
 // start launches one process of the binary at path and connects to it.
 func (m *Manager) start(path string) (*running, error) {
-	cmd := exec.Command(path) //nolint:gosec // path comes from discovery in the plugin directory only
+	cmd := exec.Command(path, pluginArgs(path)...) //nolint:gosec // path comes from discovery in the plugin directory only
 	dieWithParent(cmd)
 	client := hcplugin.NewClient(&hcplugin.ClientConfig{
 		HandshakeConfig:  framework.Handshake(),
