@@ -99,7 +99,33 @@ const (
 const (
 	// ReasonTimedOut is the reason of a Failed operation whose timeout passed.
 	ReasonTimedOut = "TimedOut"
+	// ReasonCancelRequested: spec.cancel was set.
+	ReasonCancelRequested = "CancelRequested"
+	// ReasonParentDeleted: the parent Backup or Restore is gone (or was replaced).
+	ReasonParentDeleted = "ParentDeleted"
+	// ReasonParentFailed: the parent Backup or Restore went Failed.
+	ReasonParentFailed = "ParentFailed"
+	// ReasonBackupDeletionRequested: a DeleteBackupRequest names the parent Backup.
+	ReasonBackupDeletionRequested = "BackupDeletionRequested"
+	// ReasonObjectDeleted: the ItemOperation itself was deleted while unfinished.
+	ReasonObjectDeleted = "ObjectDeleted"
+	// ReasonPolling: progress is being read from the plugin.
+	ReasonPolling = "Polling"
+	// ReasonPollFailing: progress could not be read; retrying within the budget.
+	ReasonPollFailing = "PollFailing"
+	// ReasonPluginNotFound: no discovered plugin binary serves the plugin name.
+	ReasonPluginNotFound = "PluginNotFound"
+	// ReasonFinished: the operation is terminal.
+	ReasonFinished = "Finished"
+	// ReasonNoProgress: progress has not advanced for the stall period.
+	ReasonNoProgress = "NoProgress"
+	// ReasonAdvancing: progress advanced within the stall period.
+	ReasonAdvancing = "Advancing"
 )
+
+// Finalizer makes sure an unfinished operation is cancelled through its
+// plugin before its ItemOperation disappears.
+const Finalizer = "itemops.io/cancel-unfinished"
 
 // ParentReference names the Velero Backup or Restore an operation belongs to.
 type ParentReference struct {
@@ -282,6 +308,16 @@ type ItemOperationStatus struct {
 	// +patchStrategy=merge
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// LastProgressTime is when nCompleted last changed, for stall detection.
+	// +optional
+	LastProgressTime *metav1.Time `json:"lastProgressTime,omitempty"`
+
+	// PollFailures counts the Progress calls in a row that failed with a
+	// transport error or deadline.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	PollFailures int32 `json:"pollFailures,omitempty"`
 
 	// ObservedGeneration is the metadata.generation this status was computed for.
 	// +optional
