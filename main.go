@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -37,6 +38,7 @@ import (
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/controllers"
 	"github.com/itemops/itemops/internal/options"
 	"github.com/itemops/itemops/internal/plugin"
 )
@@ -101,6 +103,21 @@ func main() {
 	plugins.Discover(ctrl.LoggerInto(context.Background(), log))
 	if err := mgr.Add(plugins); err != nil {
 		log.Error(err, "adding the plugin manager")
+		os.Exit(1)
+	}
+
+	if err := (&controllers.ItemOperationReconciler{
+		Client:                  mgr.GetClient(),
+		Plugins:                 plugins,
+		Recorder:                mgr.GetEventRecorderFor("itemops"),
+		Clock:                   clock.RealClock{},
+		SyncFrequency:           opts.SyncFrequency,
+		ProgressUpdateInterval:  opts.ProgressUpdateInterval,
+		StallAfter:              opts.StallAfter,
+		MaxProgressFailures:     opts.MaxProgressFailures,
+		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "setting up the ItemOperation controller")
 		os.Exit(1)
 	}
 

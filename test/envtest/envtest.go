@@ -166,3 +166,10 @@ func VeleroCRDDir(root string) (string, error) {
 	}
 	return dir, nil
 }
+
+// WatchClient returns a client that can watch, for tests that count writes.
+func (e *Environment) WatchClient() client.WithWatch {
+	c, err := client.NewWithWatch(e.Config, client.Options{Scheme: e.Scheme})
+	utilruntime.Must(err)
+	return c
+}

@@ -51,6 +51,9 @@ const (
 	AnnotationSpeed = "itemops.io/sample-speed"
 	// AnnotationFailAt makes the operation fail when it reaches this percentage.
 	AnnotationFailAt = "itemops.io/sample-fail-at"
+	// AnnotationStallAt makes the transfer stop moving, without failing, at
+	// this percentage: a stuck upload.
+	AnnotationStallAt = "itemops.io/sample-stall-at"
 	// AnnotationHangProgress makes Progress block: "true" for ever, or a
 	// duration such as 5s for that long on every call.
 	AnnotationHangProgress = "itemops.io/sample-hang-progress"
@@ -72,6 +75,7 @@ type State struct {
 	Size         int64         `json:"size"`
 	Speed        int64         `json:"speed"`
 	FailAt       int           `json:"failAt"`
+	StallAt      int           `json:"stallAt"`
 	HangForever  bool          `json:"hangForever,omitempty"`
 	HangFor      time.Duration `json:"hangFor,omitempty"`
 	CrashOnce    bool          `json:"crashOnce,omitempty"`
@@ -125,7 +129,7 @@ func (s *Store) Dir() string { return s.dir }
 
 // Start begins an operation for the item with these annotations.
 func (s *Store) Start(direction, item string, annotations map[string]string) (string, error) {
-	st := &State{Direction: direction, Item: item, Size: 1 << 30, Speed: 100 << 20, FailAt: -1, Started: s.now()}
+	st := &State{Direction: direction, Item: item, Size: 1 << 30, Speed: 100 << 20, FailAt: -1, StallAt: -1, Started: s.now()}
 	var err error
 	if v, ok := annotations[AnnotationSize]; ok {
 		if st.Size, err = quantity(AnnotationSize, v); err != nil {
@@ -143,6 +147,11 @@ func (s *Store) Start(direction, item string, annotations map[string]string) (st
 	if v, ok := annotations[AnnotationFailAt]; ok {
 		if st.FailAt, err = strconv.Atoi(v); err != nil || st.FailAt < 0 || st.FailAt > 100 {
 			return "", fmt.Errorf("%s must be a percentage from 0 to 100, got %q", AnnotationFailAt, v)
+		}
+	}
+	if v, ok := annotations[AnnotationStallAt]; ok {
+		if st.StallAt, err = strconv.Atoi(v); err != nil || st.StallAt < 0 || st.StallAt > 100 {
+			return "", fmt.Errorf("%s must be a percentage from 0 to 100, got %q", AnnotationStallAt, v)
 		}
 	}
 	if v, ok := annotations[AnnotationHangProgress]; ok {
@@ -239,6 +248,9 @@ func (st *State) progressAt(now time.Time) velero.OperationProgress {
 	}
 	done := int64(at.Sub(st.Started).Seconds() * float64(st.Speed))
 	done = max(0, min(done, st.Size))
+	if st.StallAt >= 0 {
+		done = min(done, int64(st.StallAt)*st.Size/100)
+	}
 	p.NCompleted = done
 	switch {
 	case st.FailAt >= 0 && done*100 >= int64(st.FailAt)*st.Size:

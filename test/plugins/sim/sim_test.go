@@ -32,12 +32,13 @@ func TestProgressAt(t *testing.T) {
 		wantCompleted bool
 		wantErr       string
 	}{
-		{"halfway", State{Size: 100, Speed: 10, FailAt: -1}, 5 * time.Second, 50, false, ""},
-		{"done", State{Size: 100, Speed: 10, FailAt: -1}, 11 * time.Second, 100, true, ""},
-		{"before the failure", State{Size: 100, Speed: 10, FailAt: 50}, 4 * time.Second, 40, false, ""},
-		{"at the failure", State{Size: 100, Speed: 10, FailAt: 50}, 9 * time.Second, 50, true, "simulated failure at 50%"},
-		{"canceled", State{Size: 100, Speed: 10, FailAt: -1, Canceled: &canceledAt}, 9 * time.Second, 20, true, "operation canceled"},
-		{"cancel ignored", State{Size: 100, Speed: 10, FailAt: -1, Canceled: &canceledAt, IgnoreCancel: true}, 9 * time.Second, 90, false, ""},
+		{"halfway", State{Size: 100, Speed: 10, FailAt: -1, StallAt: -1}, 5 * time.Second, 50, false, ""},
+		{"stuck", State{Size: 100, Speed: 10, FailAt: -1, StallAt: 30}, 9 * time.Second, 30, false, ""},
+		{"done", State{Size: 100, Speed: 10, FailAt: -1, StallAt: -1}, 11 * time.Second, 100, true, ""},
+		{"before the failure", State{Size: 100, Speed: 10, FailAt: 50, StallAt: -1}, 4 * time.Second, 40, false, ""},
+		{"at the failure", State{Size: 100, Speed: 10, FailAt: 50, StallAt: -1}, 9 * time.Second, 50, true, "simulated failure at 50%"},
+		{"canceled", State{Size: 100, Speed: 10, FailAt: -1, StallAt: -1, Canceled: &canceledAt}, 9 * time.Second, 20, true, "operation canceled"},
+		{"cancel ignored", State{Size: 100, Speed: 10, FailAt: -1, StallAt: -1, Canceled: &canceledAt, IgnoreCancel: true}, 9 * time.Second, 90, false, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

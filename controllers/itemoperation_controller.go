@@ -1,0 +1,342 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/plugin"
+)
+
+// DefaultOperationTimeout applies when neither the ItemOperation nor its
+// parent sets one; it is Velero's default too.
+const DefaultOperationTimeout = 4 * time.Hour
+
+// +kubebuilder:rbac:groups=velero.io,namespace=velero,resources=backups;restores;deletebackuprequests,verbs=get;list;watch
+
+// ItemOperationReconciler polls one operation's plugin, throttles what it
+// writes, and cancels the operation on timeout, request, or when its parent
+// goes away or fails.
+type ItemOperationReconciler struct {
+	Client   client.Client
+	Plugins  plugin.Client
+	Recorder record.EventRecorder
+	Clock    clock.Clock
+
+	// SyncFrequency is the time between two polls of an operation in progress.
+	SyncFrequency time.Duration
+	// ProgressUpdateInterval is the least time between two status writes
+	// when only the progress moved.
+	ProgressUpdateInterval time.Duration
+	// StallAfter is how long progress may stand still before Stalled.
+	StallAfter time.Duration
+	// MaxProgressFailures is the budget of transport failures in a row.
+	MaxProgressFailures int
+	// MaxConcurrentReconciles bounds parallel reconciles.
+	MaxConcurrentReconciles int
+}
+
+// SetupWithManager registers the reconciler; a change of a parent or a new
+// DeleteBackupRequest wakes the parent's operations at once.
+func (r *ItemOperationReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("itemoperation").
+		For(&itemopsv1alpha1.ItemOperation{}).
+		Watches(&velerov1api.Backup{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent)).
+		Watches(&velerov1api.Restore{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent)).
+		Watches(&velerov1api.DeleteBackupRequest{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfDeletedBackup)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		Complete(r)
+}
+
+func (r *ItemOperationReconciler) operationsOfParent(ctx context.Context, parent client.Object) []reconcile.Request {
+	return r.requestsFor(ctx, parent.GetNamespace(), client.MatchingLabels{itemopsv1alpha1.LabelParentUID: string(parent.GetUID())})
+}
+
+func (r *ItemOperationReconciler) operationsOfDeletedBackup(ctx context.Context, obj client.Object) []reconcile.Request {
+	dbr, ok := obj.(*velerov1api.DeleteBackupRequest)
+	if !ok {
+		return nil
+	}
+	backup := &velerov1api.Backup{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: dbr.Namespace, Name: dbr.Spec.BackupName}, backup); err != nil {
+		return nil
+	}
+	return r.operationsOfParent(ctx, backup)
+}
+
+func (r *ItemOperationReconciler) requestsFor(ctx context.Context, namespace string, labels client.MatchingLabels) []reconcile.Request {
+	list := &itemopsv1alpha1.ItemOperationList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(namespace), labels); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing operations of a parent")
+		return nil
+	}
+	requests := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		requests = append(requests, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return requests
+}
+
+// parentState is what the operation needs to know about its Backup or Restore.
+type parentState struct {
+	// gone: deleted, or replaced by another object of the same name.
+	gone    bool
+	failed  bool
+	backup  *velerov1api.Backup
+	restore *velerov1api.Restore
+	timeout *metav1.Duration
+	// deletionRequested: a DeleteBackupRequest names the Backup.
+	deletionRequested bool
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	op := &itemopsv1alpha1.ItemOperation{}
+	if err := r.Client.Get(ctx, req.NamespacedName, op); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("itemoperation", klog.KObj(op)))
+
+	if !op.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, op)
+	}
+	if op.Status.Phase.IsTerminal() {
+		// A finished operation has nothing left to cancel: release it at once.
+		return ctrl.Result{}, r.removeFinalizer(ctx, op)
+	}
+	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {
+		patch := client.MergeFrom(op.DeepCopy())
+		controllerutil.AddFinalizer(op, itemopsv1alpha1.Finalizer)
+		if err := r.Client.Patch(ctx, op, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+		}
+	}
+
+	parent, err := r.parent(ctx, op)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	original := op.DeepCopy()
+	now := r.Clock.Now()
+	r.initialize(op, now)
+
+	if reason, message := cancelReason(op, parent); reason != "" {
+		r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now)
+		return ctrl.Result{}, r.writeStatus(ctx, original, op, now)
+	}
+	deadline := op.Status.Created.Add(r.timeout(op, parent))
+	if !now.Before(deadline) {
+		r.cancel(ctx, op, parent, itemopsv1alpha1.ReasonTimedOut,
+			fmt.Sprintf("the operation did not finish within its timeout of %s", r.timeout(op, parent)),
+			itemopsv1alpha1.OperationPhaseFailed, now)
+		return ctrl.Result{}, r.writeStatus(ctx, original, op, now)
+	}
+
+	r.poll(ctx, op, parent, now)
+	if err := r.writeStatus(ctx, original, op, now); err != nil {
+		return ctrl.Result{}, err
+	}
+	if op.Status.Phase.IsTerminal() {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{RequeueAfter: min(jitter(r.SyncFrequency), max(deadline.Sub(now), time.Millisecond))}, nil
+}
+
+// jitter spreads polls of operations created together by up to 10%.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/10+1))
+}
+
+// parent reads the operation's Backup or Restore.
+func (r *ItemOperationReconciler) parent(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (*parentState, error) {
+	key := types.NamespacedName{Namespace: op.Namespace, Name: op.Spec.Parent.Name}
+	state := &parentState{}
+	var obj client.Object
+	switch op.Spec.Parent.Kind {
+	case itemopsv1alpha1.ParentKindRestore:
+		state.restore = &velerov1api.Restore{}
+		obj = state.restore
+	default:
+		state.backup = &velerov1api.Backup{}
+		obj = state.backup
+	}
+	if err := r.Client.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			state.gone = true
+			return state, nil
+		}
+		return nil, fmt.Errorf("reading %s %s: %w", op.Spec.Parent.Kind, key.Name, err)
+	}
+	if string(obj.GetUID()) != op.Spec.Parent.UID {
+		state.gone = true
+		return state, nil
+	}
+	if state.backup != nil {
+		state.failed = state.backup.Status.Phase == velerov1api.BackupPhaseFailed
+		state.deletionRequested = state.backup.Status.Phase == velerov1api.BackupPhaseDeleting
+		if state.backup.Spec.ItemOperationTimeout.Duration > 0 {
+			state.timeout = &state.backup.Spec.ItemOperationTimeout
+		}
+		if !state.deletionRequested {
+			requested, err := r.deletionRequested(ctx, state.backup)
+			if err != nil {
+				return nil, err
+			}
+			state.deletionRequested = requested
+		}
+	} else {
+		state.failed = state.restore.Status.Phase == velerov1api.RestorePhaseFailed
+		if state.restore.Spec.ItemOperationTimeout.Duration > 0 {
+			state.timeout = &state.restore.Spec.ItemOperationTimeout
+		}
+	}
+	return state, nil
+}
+
+// deletionRequested reports whether an unprocessed DeleteBackupRequest names the backup.
+func (r *ItemOperationReconciler) deletionRequested(ctx context.Context, backup *velerov1api.Backup) (bool, error) {
+	list := &velerov1api.DeleteBackupRequestList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(backup.Namespace)); err != nil {
+		return false, fmt.Errorf("listing DeleteBackupRequests: %w", err)
+	}
+	for _, dbr := range list.Items {
+		if dbr.Spec.BackupName == backup.Name && dbr.Status.Phase != velerov1api.DeleteBackupRequestPhaseProcessed {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// timeout is the operation's own timeout, else its parent's, else the default.
+func (r *ItemOperationReconciler) timeout(op *itemopsv1alpha1.ItemOperation, parent *parentState) time.Duration {
+	if op.Spec.Timeout != nil {
+		return op.Spec.Timeout.Duration
+	}
+	if parent != nil && parent.timeout != nil {
+		return parent.timeout.Duration
+	}
+	return DefaultOperationTimeout
+}
+
+// cancelReason says why the operation must be cancelled now, if it must.
+func cancelReason(op *itemopsv1alpha1.ItemOperation, parent *parentState) (string, string) {
+	kind, name := op.Spec.Parent.Kind, op.Spec.Parent.Name
+	switch {
+	case op.Spec.Cancel:
+		return itemopsv1alpha1.ReasonCancelRequested, "spec.cancel was set"
+	case parent.gone:
+		return itemopsv1alpha1.ReasonParentDeleted, fmt.Sprintf("%s %s (uid %s) no longer exists", kind, name, op.Spec.Parent.UID)
+	case parent.failed:
+		return itemopsv1alpha1.ReasonParentFailed, fmt.Sprintf("%s %s failed", kind, name)
+	case parent.deletionRequested:
+		return itemopsv1alpha1.ReasonBackupDeletionRequested, fmt.Sprintf("deletion of Backup %s was requested", name)
+	}
+	return "", ""
+}
+
+// pluginOperation is how the plugin layer names the operation.
+func pluginOperation(op *itemopsv1alpha1.ItemOperation, parent *parentState) plugin.Operation {
+	p := plugin.Operation{Kind: op.Spec.Plugin.Kind, Plugin: op.Spec.Plugin.Name, ID: op.Spec.OperationID}
+	if parent != nil && !parent.gone {
+		p.Backup, p.Restore = parent.backup, parent.restore
+	}
+	return p
+}
+
+// reconcileDelete cancels an unfinished operation before letting it go.
+func (r *ItemOperationReconciler) reconcileDelete(ctx context.Context, op *itemopsv1alpha1.ItemOperation) error {
+	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {
+		return nil
+	}
+	if !op.Status.Phase.IsTerminal() {
+		parent, err := r.parent(ctx, op)
+		if err != nil {
+			return err
+		}
+		original := op.DeepCopy()
+		now := r.Clock.Now()
+		r.initialize(op, now)
+		reason, message := itemopsv1alpha1.ReasonObjectDeleted, "the ItemOperation was deleted before the operation finished"
+		if parent.gone {
+			reason, message = cancelReason(op, parent)
+		}
+		r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now)
+		if err := r.writeStatus(ctx, original, op, now); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return r.removeFinalizer(ctx, op)
+}
+
+func (r *ItemOperationReconciler) removeFinalizer(ctx context.Context, op *itemopsv1alpha1.ItemOperation) error {
+	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {
+		return nil
+	}
+	patch := client.MergeFrom(op.DeepCopy())
+	controllerutil.RemoveFinalizer(op, itemopsv1alpha1.Finalizer)
+	if err := r.Client.Patch(ctx, op, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the finalizer: %w", err)
+	}
+	return nil
+}
+
+// cancel calls the plugin's Cancel once per operation, records the answer in
+// the Canceled condition and an Event, and ends the operation in phase.
+func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState,
+	reason, why string, phase itemopsv1alpha1.OperationPhase, now time.Time) {
+	answer := "the plugin accepted the cancel request"
+	if err := r.Plugins.Cancel(ctx, pluginOperation(op, parent)); err != nil {
+		answer = "the plugin could not cancel it: " + err.Error()
+	}
+	message := why + "; " + answer
+	ctrl.LoggerFrom(ctx).Info("cancelled operation", "reason", reason, "message", message)
+	r.Recorder.Event(op, corev1.EventTypeWarning, reason, "Cancel: "+message)
+	setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, reason, message, now)
+	op.Status.Error = why
+	r.finish(op, phase, now)
+}
+
+// errMessage is the plugin's own words for a failure, without the call's prefix.
+func errMessage(err error) string {
+	var perr *plugin.Error
+	if errors.As(err, &perr) && perr.Err != nil {
+		return perr.Err.Error()
+	}
+	return err.Error()
+}

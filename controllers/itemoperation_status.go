@@ -1,0 +1,240 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/plugin"
+	"github.com/itemops/itemops/internal/progress"
+)
+
+// initialize fills what an operation has from the start: its phase and the
+// time the timeout runs from (Velero's record, else the object's creation).
+func (r *ItemOperationReconciler) initialize(op *itemopsv1alpha1.ItemOperation, now time.Time) {
+	if op.Status.Phase == "" {
+		op.Status.Phase = itemopsv1alpha1.OperationPhaseNew
+	}
+	if op.Status.Created == nil {
+		created := op.CreationTimestamp
+		if created.IsZero() {
+			created = metav1.NewTime(now)
+		}
+		op.Status.Created = &created
+	}
+	if op.Status.LastProgressTime == nil {
+		op.Status.LastProgressTime = op.Status.Created.DeepCopy()
+	}
+	op.Status.ObservedGeneration = op.Generation
+}
+
+// poll asks the plugin for progress and maps the answer onto the status.
+func (r *ItemOperationReconciler) poll(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState, now time.Time) {
+	log := ctrl.LoggerFrom(ctx)
+	p, err := r.Plugins.Progress(ctx, pluginOperation(op, parent))
+	switch {
+	case err == nil, errors.Is(err, plugin.ErrOperationFailed):
+		op.Status.PollFailures = 0
+		r.applyProgress(op, p, now)
+		if err != nil {
+			op.Status.Error = errMessage(err)
+			r.finish(op, itemopsv1alpha1.OperationPhaseFailed, now)
+			return
+		}
+		if p.Completed {
+			r.finish(op, itemopsv1alpha1.OperationPhaseCompleted, now)
+			return
+		}
+		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionTrue, itemopsv1alpha1.ReasonPolling,
+			"progress is read from the plugin", now)
+		r.checkStall(op, now)
+	case errors.Is(err, plugin.ErrPluginNotFound):
+		// Not the operation's fault: an installation problem that can be
+		// fixed. It stays visible until fixed or until the timeout.
+		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, itemopsv1alpha1.ReasonPluginNotFound,
+			err.Error(), now)
+	case errors.Is(err, plugin.ErrNotSupported), errors.Is(err, plugin.ErrInvalidOperationID):
+		op.Status.Error = err.Error()
+		r.finish(op, itemopsv1alpha1.OperationPhaseFailed, now)
+	default:
+		op.Status.PollFailures++
+		log.V(1).Info("reading progress failed", "failuresInARow", op.Status.PollFailures, "error", err.Error())
+		if int(op.Status.PollFailures) >= r.MaxProgressFailures {
+			op.Status.Error = fmt.Sprintf("progress could not be read %d times in a row; last error: %v", op.Status.PollFailures, err)
+			r.finish(op, itemopsv1alpha1.OperationPhaseFailed, now)
+			return
+		}
+		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, itemopsv1alpha1.ReasonPollFailing,
+			fmt.Sprintf("%d of %d allowed failures in a row: %v", op.Status.PollFailures, r.MaxProgressFailures, err), now)
+	}
+}
+
+// applyProgress copies what the plugin reported.
+func (r *ItemOperationReconciler) applyProgress(op *itemopsv1alpha1.ItemOperation, p velero.OperationProgress, now time.Time) {
+	s := &op.Status
+	if p.NCompleted != s.NCompleted || s.LastProgressTime == nil {
+		s.LastProgressTime = &metav1.Time{Time: now}
+	}
+	// Counts are clamped: the API refuses negative ones, and a plugin's bad
+	// numbers must not stop the status from being written.
+	s.NCompleted, s.NTotal = max(0, p.NCompleted), max(0, p.NTotal)
+	s.OperationUnits, s.Description = p.OperationUnits, p.Description
+	if !p.Started.IsZero() {
+		s.Started = &metav1.Time{Time: p.Started}
+	}
+	if !p.Updated.IsZero() {
+		s.Updated = &metav1.Time{Time: p.Updated}
+	}
+	s.Progress = progress.Format(s.NCompleted, s.NTotal, s.OperationUnits)
+	s.EstimatedCompletion = nil
+	if s.Started != nil {
+		if eta, ok := progress.ETA(s.Started.Time, now, s.NCompleted, s.NTotal); ok {
+			s.EstimatedCompletion = &metav1.Time{Time: eta}
+		}
+	}
+	if s.Phase == itemopsv1alpha1.OperationPhaseNew && (!p.Started.IsZero() || p.NCompleted > 0) {
+		s.Phase = itemopsv1alpha1.OperationPhaseInProgress
+	}
+}
+
+// checkStall sets Stalled when progress has stood still for StallAfter.
+func (r *ItemOperationReconciler) checkStall(op *itemopsv1alpha1.ItemOperation, now time.Time) {
+	still := now.Sub(op.Status.LastProgressTime.Time)
+	if still >= r.StallAfter {
+		setCondition(op, itemopsv1alpha1.ConditionStalled, metav1.ConditionTrue, itemopsv1alpha1.ReasonNoProgress,
+			fmt.Sprintf("progress has not moved for %s", still.Round(time.Second)), now)
+		return
+	}
+	if meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionStalled) != nil {
+		setCondition(op, itemopsv1alpha1.ConditionStalled, metav1.ConditionFalse, itemopsv1alpha1.ReasonAdvancing,
+			"progress is moving", now)
+	}
+}
+
+// finish ends the operation in a terminal phase.
+func (r *ItemOperationReconciler) finish(op *itemopsv1alpha1.ItemOperation, phase itemopsv1alpha1.OperationPhase, now time.Time) {
+	op.Status.Phase = phase
+	op.Status.CompletionTimestamp = &metav1.Time{Time: now}
+	op.Status.EstimatedCompletion = nil
+	setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, itemopsv1alpha1.ReasonFinished,
+		"the operation is "+string(phase), now)
+	if meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionStalled) != nil {
+		setCondition(op, itemopsv1alpha1.ConditionStalled, metav1.ConditionFalse, itemopsv1alpha1.ReasonFinished,
+			"the operation is "+string(phase), now)
+	}
+}
+
+func setCondition(op *itemopsv1alpha1.ItemOperation, kind string, status metav1.ConditionStatus, reason, message string, now time.Time) {
+	meta.SetStatusCondition(&op.Status.Conditions, metav1.Condition{
+		Type: kind, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: op.Generation, LastTransitionTime: metav1.NewTime(now),
+	})
+}
+
+// writeStatus patches the status when it really changed: at once for a new
+// phase, condition, error or failure count; for moving progress alone at
+// most once per ProgressUpdateInterval.
+func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op *itemopsv1alpha1.ItemOperation, now time.Time) error {
+	if !significantChange(&original.Status, &op.Status) {
+		if equality.Semantic.DeepEqual(progressOnly(&original.Status), progressOnly(&op.Status)) {
+			return nil
+		}
+		if last := original.Status.LastPolled; last != nil && now.Sub(last.Time) < r.ProgressUpdateInterval {
+			return nil
+		}
+	}
+	op.Status.LastPolled = &metav1.Time{Time: now}
+	if err := r.Client.Status().Patch(ctx, op, client.MergeFrom(original)); err != nil {
+		return fmt.Errorf("writing status: %w", err)
+	}
+	if original.Status.Phase != op.Status.Phase {
+		r.phaseEvent(op)
+	}
+	if changedTo(original, op, itemopsv1alpha1.ConditionStalled, metav1.ConditionTrue) {
+		c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionStalled)
+		r.Recorder.Event(op, corev1.EventTypeWarning, "Stalled", c.Message)
+	}
+	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil &&
+		c.Reason == itemopsv1alpha1.ReasonPluginNotFound && !hasReason(original, itemopsv1alpha1.ConditionProgressing, c.Reason) {
+		r.Recorder.Event(op, corev1.EventTypeWarning, itemopsv1alpha1.ReasonPluginNotFound, c.Message)
+	}
+	return nil
+}
+
+func (r *ItemOperationReconciler) phaseEvent(op *itemopsv1alpha1.ItemOperation) {
+	switch op.Status.Phase {
+	case itemopsv1alpha1.OperationPhaseInProgress:
+		r.Recorder.Event(op, corev1.EventTypeNormal, "Started", "the plugin reports the operation running")
+	case itemopsv1alpha1.OperationPhaseCompleted:
+		r.Recorder.Event(op, corev1.EventTypeNormal, "Completed", "the operation completed")
+	case itemopsv1alpha1.OperationPhaseFailed:
+		r.Recorder.Event(op, corev1.EventTypeWarning, "Failed", op.Status.Error)
+	case itemopsv1alpha1.OperationPhaseCanceled:
+		r.Recorder.Event(op, corev1.EventTypeWarning, "Canceled", op.Status.Error)
+	}
+}
+
+// significantChange reports a change worth a write at once.
+func significantChange(before, after *itemopsv1alpha1.ItemOperationStatus) bool {
+	if before.Phase != after.Phase || before.Error != after.Error || before.PollFailures != after.PollFailures ||
+		before.ObservedGeneration != after.ObservedGeneration || before.Created == nil {
+		return true
+	}
+	if len(before.Conditions) != len(after.Conditions) {
+		return true
+	}
+	for _, c := range after.Conditions {
+		old := meta.FindStatusCondition(before.Conditions, c.Type)
+		if old == nil || old.Status != c.Status || old.Reason != c.Reason {
+			return true
+		}
+	}
+	return false
+}
+
+// progressOnly is the part of the status that moves on every poll.
+func progressOnly(s *itemopsv1alpha1.ItemOperationStatus) itemopsv1alpha1.ItemOperationStatus {
+	return itemopsv1alpha1.ItemOperationStatus{
+		NCompleted: s.NCompleted, NTotal: s.NTotal, OperationUnits: s.OperationUnits, Description: s.Description,
+		Started: s.Started, Updated: s.Updated, Progress: s.Progress, EstimatedCompletion: s.EstimatedCompletion,
+		LastProgressTime: s.LastProgressTime,
+	}
+}
+
+func changedTo(before, after *itemopsv1alpha1.ItemOperation, kind string, status metav1.ConditionStatus) bool {
+	now := meta.FindStatusCondition(after.Status.Conditions, kind)
+	was := meta.FindStatusCondition(before.Status.Conditions, kind)
+	return now != nil && now.Status == status && (was == nil || was.Status != status)
+}
+
+func hasReason(op *itemopsv1alpha1.ItemOperation, kind, reason string) bool {
+	c := meta.FindStatusCondition(op.Status.Conditions, kind)
+	return c != nil && c.Reason == reason
+}

@@ -1,0 +1,133 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"go.uber.org/zap/zapcore"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/itemops/itemops/internal/plugin"
+	"github.com/itemops/itemops/test/envtest"
+)
+
+// Fast settings so that the suite sees polls, throttling, stalls and
+// timeouts within seconds.
+const (
+	testSync           = 200 * time.Millisecond
+	testUpdateInterval = 2 * time.Second
+	testStallAfter     = 2 * time.Second
+	testMaxFailures    = 3
+	testCallTimeout    = time.Second
+)
+
+var (
+	env     *envtest.Environment
+	plugins *plugin.Manager
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	env, err = envtest.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+
+	dir, err := os.MkdirTemp("", "itemops-controllers-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	pluginDir := filepath.Join(dir, "plugins")
+	build := exec.Command("go", "build", "-o", pluginDir+string(os.PathSeparator), "./test/plugins/sample", "./test/plugins/samplev1")
+	build.Dir = env.RepoRoot
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building the sample plugins:", err)
+		return 1
+	}
+	if err := os.Setenv("ITEMOPS_SAMPLE_STATE_DIR", filepath.Join(dir, "state")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+
+	log := zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr), zap.Level(zapLevel()))
+	ctrl.SetLogger(log)
+	plugins = plugin.NewManager(plugin.Options{Dir: pluginDir, CallTimeout: testCallTimeout, Log: log.WithName("plugins")})
+	plugins.Discover(context.Background())
+
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:  env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := mgr.Add(plugins); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := (&ItemOperationReconciler{
+		Client:                  mgr.GetClient(),
+		Plugins:                 plugins,
+		Recorder:                mgr.GetEventRecorderFor("itemops"),
+		Clock:                   clock.RealClock{},
+		SyncFrequency:           testSync,
+		ProgressUpdateInterval:  testUpdateInterval,
+		StallAfter:              testStallAfter,
+		MaxProgressFailures:     testMaxFailures,
+		MaxConcurrentReconciles: 4,
+	}).SetupWithManager(mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	code := m.Run()
+	cancel()
+	if err := <-done; err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+	}
+	return code
+}
+
+// zapLevel keeps the suite quiet unless ITEMOPS_TEST_VERBOSE is set.
+func zapLevel() zapcore.Level {
+	if os.Getenv("ITEMOPS_TEST_VERBOSE") != "" {
+		return -1
+	}
+	return 2
+}
