@@ -121,6 +121,19 @@ func main() {
 		os.Exit(1)
 	}
 
+	// Only in manage mode does itemops write to Velero's Backups and Restores.
+	if opts.Mode == options.ModeManage {
+		recorder := mgr.GetEventRecorderFor("itemops")
+		if err := controllers.NewBackupReconciler(mgr.GetClient(), recorder).SetupWithManager(mgr); err != nil {
+			log.Error(err, "setting up the Backup controller")
+			os.Exit(1)
+		}
+		if err := controllers.NewRestoreReconciler(mgr.GetClient(), recorder).SetupWithManager(mgr); err != nil {
+			log.Error(err, "setting up the Restore controller")
+			os.Exit(1)
+		}
+	}
+
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "adding the health check")
 		os.Exit(1)

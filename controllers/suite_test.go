@@ -113,6 +113,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// The suite runs in manage mode: the parents are moved on too.
+	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
+		NewBackupReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops")),
+		NewRestoreReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops")),
+	} {
+		if err := r.SetupWithManager(mgr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
