@@ -96,7 +96,6 @@ func recordPhase(recorder record.EventRecorder, obj client.Object, from, to roll
 		from, to, counts.Completed, counts.Attempted, counts.Failed)
 }
 
-
 // parentKind adapts one Velero kind (Backup or Restore) to the rollup.
 type parentKind[T client.Object] struct {
 	kind        itemopsv1alpha1.ParentKind
