@@ -88,3 +88,9 @@ deploy: ## Deploy the manager with config/default into the cluster (needs kubect
 .PHONY: undeploy
 undeploy: ## Remove what deploy created.
 	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -
+
+##@ Demo
+
+.PHONY: demo
+demo: ## Run itemops end to end on a local control plane with sample plugins (Ctrl-C ends it).
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go run ./hack/demo $(DEMO_ARGS)

@@ -1,0 +1,253 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command demo runs itemops end to end on this machine with nothing but Go:
+// a local kube-apiserver and etcd, Velero's CRDs and ours, the sample
+// plugins, and the itemops manager in manage mode. It creates a Backup that
+// waits for several simulated uploads (one of which fails), shows their
+// progress live until the Backup reaches FinalizingPartiallyFailed, and keeps
+// everything running for you to inspect until Ctrl-C.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/plugins/sim"
+)
+
+// uploads are the demo backup's operations: name, size, speed, fail-at.
+var uploads = []struct {
+	item, size, speed, failAt string
+}{
+	{"postgres-data", "8Gi", "400Mi", ""},
+	{"redis-data", "2Gi", "300Mi", ""},
+	{"media-library", "12Gi", "600Mi", ""},
+	{"search-index", "4Gi", "250Mi", "60"},
+	{"config-snapshot", "512Mi", "128Mi", ""},
+}
+
+func main() {
+	exitWhenDone := flag.Bool("exit-when-done", false, "stop once the Backup reaches Finalizing*, instead of waiting for Ctrl-C")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *exitWhenDone); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, exitWhenDone bool) error {
+	work, err := os.MkdirTemp("", "itemops-demo-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(work) }()
+
+	say("starting a local kube-apiserver and etcd with Velero's and itemops' CRDs")
+	env, err := envtest.Start()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		say("stopping the control plane")
+		_ = env.Stop()
+	}()
+	kubeconfig, err := env.Kubeconfig()
+	if err != nil {
+		return err
+	}
+	kubeconfigPath := filepath.Join(work, "kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		return err
+	}
+
+	say("building itemops and the sample plugins")
+	pluginDir, stateDir := filepath.Join(work, "plugins"), filepath.Join(work, "plugin-state")
+	binary := filepath.Join(work, "itemops")
+	if err := goBuild(env.RepoRoot, "-o", binary, "."); err != nil {
+		return err
+	}
+	if err := goBuild(env.RepoRoot, "-o", pluginDir+string(os.PathSeparator), "./test/plugins/sample"); err != nil {
+		return err
+	}
+	if err := os.Setenv(sim.EnvStateDir, stateDir); err != nil {
+		return err
+	}
+
+	say("starting itemops in manage mode")
+	logPath := filepath.Join(work, "itemops.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logFile.Close() }()
+	manager := exec.Command(binary, "--kubeconfig="+kubeconfigPath, "--mode=manage",
+		"--velero-namespace="+envtest.VeleroNamespace, "--plugin-dir="+pluginDir,
+		"--sync-frequency=1s", "--progress-update-interval=2s", "--stall-after=1m",
+		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0")
+	manager.Stdout, manager.Stderr = logFile, logFile
+	if err := manager.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		_ = manager.Process.Signal(syscall.SIGTERM)
+		_ = manager.Wait()
+	}()
+
+	backup, err := createBackup(ctx, env.Client)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nkubeconfig: %s\n  KUBECONFIG=%s kubectl -n velero get itemoperations -o wide\nitemops log: %s\n\n",
+		kubeconfigPath, kubeconfigPath, logPath)
+	time.Sleep(2 * time.Second)
+
+	done := false
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		phase, err := show(ctx, env.Client, backup)
+		if err != nil {
+			return err
+		}
+		if !done && strings.HasPrefix(phase, "Finalizing") {
+			done = true
+			fmt.Printf("\nBackup %s reached %s. ", backup.Name, phase)
+			if exitWhenDone {
+				fmt.Println()
+				return nil
+			}
+			fmt.Printf("Everything keeps running; press Ctrl-C to stop and clean up.\nkubeconfig: %s\n", kubeconfigPath)
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Println()
+			return nil
+		case <-tick.C:
+		}
+		if done {
+			// Leave the terminal to the user once the story is told.
+			<-ctx.Done()
+			fmt.Println()
+			return nil
+		}
+	}
+}
+
+func say(msg string) { fmt.Println("==> " + msg) }
+
+func goBuild(dir string, args ...string) error {
+	cmd := exec.Command("go", append([]string{"build"}, args...)...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	return cmd.Run()
+}
+
+// createBackup makes a Backup as Velero leaves it after its item actions
+// started asynchronous uploads, and one ItemOperation per upload.
+func createBackup(ctx context.Context, c client.Client) (*velerov1api.Backup, error) {
+	store, err := sim.NewStore()
+	if err != nil {
+		return nil, err
+	}
+	backup := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: "nightly-demo", Namespace: envtest.VeleroNamespace},
+		Spec:       velerov1api.BackupSpec{IncludedNamespaces: []string{"shop"}},
+		Status: velerov1api.BackupStatus{
+			Phase:                         velerov1api.BackupPhaseWaitingForPluginOperations,
+			BackupItemOperationsAttempted: len(uploads),
+		},
+	}
+	if err := c.Create(ctx, backup); err != nil {
+		return nil, fmt.Errorf("creating the backup: %w", err)
+	}
+	for _, u := range uploads {
+		annotations := map[string]string{sim.AnnotationSize: u.size, sim.AnnotationSpeed: u.speed}
+		if u.failAt != "" {
+			annotations[sim.AnnotationFailAt] = u.failAt
+		}
+		id, err := store.Start("upload", "shop/"+u.item, annotations)
+		if err != nil {
+			return nil, err
+		}
+		op := &itemopsv1alpha1.ItemOperation{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: backup.Name + "-" + u.item, Namespace: backup.Namespace,
+				Labels: map[string]string{
+					itemopsv1alpha1.LabelParentKind: string(itemopsv1alpha1.ParentKindBackup),
+					itemopsv1alpha1.LabelParentName: backup.Name,
+					itemopsv1alpha1.LabelParentUID:  string(backup.UID),
+				},
+			},
+			Spec: itemopsv1alpha1.ItemOperationSpec{
+				Parent:      itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: backup.Name, UID: string(backup.UID)},
+				Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: "itemops.io/sample-datamover"},
+				OperationID: id,
+				Resource:    itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumeclaims", Namespace: "shop", Name: u.item},
+			},
+		}
+		if err := c.Create(ctx, op); err != nil {
+			return nil, fmt.Errorf("creating operation %s: %w", op.Name, err)
+		}
+	}
+	return backup, nil
+}
+
+// show prints the backup and its operations, as kubectl would, and returns
+// the backup's phase.
+func show(ctx context.Context, c client.Client, backup *velerov1api.Backup) (string, error) {
+	b := &velerov1api.Backup{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(backup), b); err != nil {
+		return "", err
+	}
+	ops := &itemopsv1alpha1.ItemOperationList{}
+	if err := c.List(ctx, ops, client.InNamespace(backup.Namespace),
+		client.MatchingLabels{itemopsv1alpha1.LabelParentUID: string(backup.UID)}); err != nil {
+		return "", err
+	}
+	fmt.Print("\033[H\033[2J")
+	fmt.Printf("Backup %s: %s (operations: %d attempted, %d completed, %d failed)\n\n", b.Name, b.Status.Phase,
+		b.Status.BackupItemOperationsAttempted, b.Status.BackupItemOperationsCompleted, b.Status.BackupItemOperationsFailed)
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
+	fmt.Fprintln(w, "NAME\tPHASE\tPROGRESS\tETA\tERROR")
+	for _, op := range ops.Items {
+		eta := ""
+		if op.Status.EstimatedCompletion != nil {
+			eta = time.Until(op.Status.EstimatedCompletion.Time).Round(time.Second).String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", op.Name, op.Status.Phase, op.Status.Progress, eta, op.Status.Error)
+	}
+	_ = w.Flush()
+	return string(b.Status.Phase), nil
+}
