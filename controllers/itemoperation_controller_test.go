@@ -344,3 +344,13 @@ func TestProgressWritesAreThrottled(t *testing.T) {
 	g.Expect(polls).To(BeNumerically(">=", 20))
 	g.Expect(modifications).To(BeNumerically("<=", 9), "%d writes for %d polls", modifications, polls)
 }
+
+func TestPluginCrashMidFlightRecovers(t *testing.T) {
+	g := NewWithT(t)
+	backup := newBackup(t)
+	id := startUpload(t, map[string]string{sim.AnnotationSize: "2Mi", sim.AnnotationSpeed: "2Mi", sim.AnnotationCrashOnce: "true"})
+	op := newOperation(t, backup, "itemops.io/sample-datamover", id)
+	g.Eventually(phaseOf(op), 10*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCompleted))
+	g.Expect(pluginState(t, id).Crashed).To(BeTrue(), "the plugin process did crash during a poll")
+	g.Expect(get(g, op).Status.PollFailures).To(BeZero(), "the answer after the restart reset the failure count")
+}

@@ -1,0 +1,214 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/plugins/sim"
+)
+
+// manager runs the itemops binary with the sample plugins until stopped.
+type manager struct {
+	cmd    *exec.Cmd
+	output *syncBuffer
+}
+
+func startManager(t *testing.T, pluginDir string, args ...string) *manager {
+	t.Helper()
+	kubeconfig, err := env.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := &manager{output: &syncBuffer{}}
+	m.cmd = exec.Command(binary, append([]string{"--kubeconfig=" + path, "--velero-namespace=" + envtest.VeleroNamespace,
+		"--plugin-dir=" + pluginDir, "--sync-frequency=200ms", "--progress-update-interval=1s",
+		"--metrics-bind-address=0", "--health-probe-bind-address=" + freeAddress(t)}, args...)...)
+	m.cmd.Stdout, m.cmd.Stderr = m.output, m.output
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.stop(syscall.SIGTERM) })
+	return m
+}
+
+func (m *manager) stop(sig syscall.Signal) {
+	if m.cmd.ProcessState != nil {
+		return
+	}
+	_ = m.cmd.Process.Signal(sig)
+	_ = m.cmd.Wait()
+}
+
+var buildPlugins = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "itemops-e2e-plugins-")
+	if err != nil {
+		return "", err
+	}
+	build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./test/plugins/sample")
+	build.Dir = env.RepoRoot
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	return dir, build.Run()
+})
+
+// waitingBackup creates a Backup waiting for n uploads and their ItemOperations.
+func waitingBackup(t *testing.T, name string, annotations []map[string]string) (*velerov1api.Backup, []string) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	b := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: envtest.VeleroNamespace},
+		Status: velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations,
+			BackupItemOperationsAttempted: len(annotations)},
+	}
+	g.Expect(env.Client.Create(ctx, b)).To(Succeed())
+	store, err := sim.NewStore()
+	g.Expect(err).NotTo(HaveOccurred())
+	var ids []string
+	for i, a := range annotations {
+		id, err := store.Start("upload", fmt.Sprintf("shop/pvc-%d", i), a)
+		g.Expect(err).NotTo(HaveOccurred())
+		ids = append(ids, id)
+		g.Expect(env.Client.Create(ctx, &itemopsv1alpha1.ItemOperation{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i), Namespace: b.Namespace,
+				Labels: map[string]string{itemopsv1alpha1.LabelParentUID: string(b.UID)}},
+			Spec: itemopsv1alpha1.ItemOperationSpec{
+				Parent:      itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: b.Name, UID: string(b.UID)},
+				Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: "itemops.io/sample-datamover"},
+				OperationID: id,
+				Resource:    itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumeclaims", Namespace: "shop", Name: fmt.Sprintf("pvc-%d", i)},
+			},
+		})).To(Succeed())
+	}
+	return b, ids
+}
+
+func operationPhases(g Gomega, b *velerov1api.Backup) []itemopsv1alpha1.OperationPhase {
+	list := &itemopsv1alpha1.ItemOperationList{}
+	g.Expect(env.Client.List(context.Background(), list, client.InNamespace(b.Namespace),
+		client.MatchingLabels{itemopsv1alpha1.LabelParentUID: string(b.UID)})).To(Succeed())
+	var phases []itemopsv1alpha1.OperationPhase
+	for _, op := range list.Items {
+		phases = append(phases, op.Status.Phase)
+	}
+	return phases
+}
+
+func TestObserveModeNeverWritesToTheBackup(t *testing.T) {
+	g := NewWithT(t)
+	pluginDir, err := buildPlugins()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
+	b, _ := waitingBackup(t, "observed", []map[string]string{
+		{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
+		{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi", sim.AnnotationFailAt: "10"},
+	})
+	before := b.ResourceVersion
+	m := startManager(t, pluginDir, "--mode=observe")
+	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
+		Should(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseFailed), "manager output:\n%s", m.output.String())
+	g.Consistently(func(g Gomega) string {
+		got := &velerov1api.Backup{}
+		g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), got)).To(Succeed())
+		return got.ResourceVersion
+	}, 2*time.Second, 200*time.Millisecond).Should(Equal(before))
+}
+
+// TestManagerRestartMidFlightLosesNothing kills the manager without warning
+// while operations run, starts a new one, and checks that every operation
+// ends right, no Cancel is called, and the Backup's phase only moves forward.
+func TestManagerRestartMidFlightLosesNothing(t *testing.T) {
+	g := NewWithT(t)
+	pluginDir, err := buildPlugins()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
+	ctx := context.Background()
+
+	w, err := env.WatchClient().Watch(ctx, &velerov1api.BackupList{}, client.InNamespace(envtest.VeleroNamespace))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
+	b, ids := waitingBackup(t, "restarted", []map[string]string{
+		{sim.AnnotationSize: "4Mi", sim.AnnotationSpeed: "1Mi"},
+		{sim.AnnotationSize: "5Mi", sim.AnnotationSpeed: "1Mi"},
+		{sim.AnnotationSize: "3Mi", sim.AnnotationSpeed: "1Mi", sim.AnnotationFailAt: "50"},
+	})
+	var phases []velerov1api.BackupPhase
+	var mu sync.Mutex
+	go func() {
+		for e := range w.ResultChan() {
+			if got, ok := e.Object.(*velerov1api.Backup); ok && got.Name == b.Name && e.Type != watch.Deleted {
+				mu.Lock()
+				if len(phases) == 0 || phases[len(phases)-1] != got.Status.Phase {
+					phases = append(phases, got.Status.Phase)
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+
+	first := startManager(t, pluginDir, "--mode=manage")
+	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 10*time.Second, 50*time.Millisecond).
+		Should(ContainElement(itemopsv1alpha1.OperationPhaseInProgress), "manager output:\n%s", first.output.String())
+	first.stop(syscall.SIGKILL)
+
+	second := startManager(t, pluginDir, "--mode=manage")
+	g.Eventually(func(g Gomega) velerov1api.BackupPhase {
+		got := &velerov1api.Backup{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), got)).To(Succeed())
+		return got.Status.Phase
+	}, 30*time.Second, 100*time.Millisecond).Should(Equal(velerov1api.BackupPhaseFinalizingPartiallyFailed), "manager output:\n%s", second.output.String())
+	g.Expect(operationPhases(g, b)).To(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseCompleted,
+		itemopsv1alpha1.OperationPhaseFailed))
+
+	store, err := sim.NewStore()
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, id := range ids {
+		st, err := store.Load(id)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(st.Cancels).To(BeZero(), "no operation may be cancelled by a restart")
+	}
+	g.Eventually(func() []velerov1api.BackupPhase {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]velerov1api.BackupPhase(nil), phases...)
+	}).Should(Equal([]velerov1api.BackupPhase{
+		velerov1api.BackupPhaseWaitingForPluginOperations,
+		velerov1api.BackupPhaseWaitingForPluginOperationsPartiallyFailed,
+		velerov1api.BackupPhaseFinalizingPartiallyFailed,
+	}), "the phase only moves forward")
+}
