@@ -73,7 +73,7 @@ func TestFailedOperationMakesTheBackupPartiallyFailedAtOnce(t *testing.T) {
 	g := NewWithT(t)
 	b := backupWaitingFor(t, 2, velerov1api.BackupPhaseWaitingForPluginOperations)
 	newOperation(t, b, "itemops.io/sample-datamover", startUpload(t, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "10Mi", sim.AnnotationFailAt: "10"}))
-	slow := newOperation(t, b, "itemops.io/sample-datamover", startUpload(t, map[string]string{sim.AnnotationSize: "3Mi", sim.AnnotationSpeed: "1Mi"}))
+	slow := newOperation(t, b, "itemops.io/sample-datamover", startUpload(t, map[string]string{sim.AnnotationSize: "6Mi", sim.AnnotationSpeed: "1Mi"}))
 	g.Eventually(backupStatus(b), 5*time.Second, 50*time.Millisecond).Should(And(
 		HaveField("Phase", velerov1api.BackupPhaseWaitingForPluginOperationsPartiallyFailed),
 		HaveField("BackupItemOperationsFailed", 1),

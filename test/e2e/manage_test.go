@@ -163,9 +163,9 @@ func TestManagerRestartMidFlightLosesNothing(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer w.Stop()
 	b, ids := waitingBackup(t, "restarted", []map[string]string{
-		{sim.AnnotationSize: "4Mi", sim.AnnotationSpeed: "1Mi"},
-		{sim.AnnotationSize: "5Mi", sim.AnnotationSpeed: "1Mi"},
-		{sim.AnnotationSize: "3Mi", sim.AnnotationSpeed: "1Mi", sim.AnnotationFailAt: "50"},
+		{sim.AnnotationSize: "8Mi", sim.AnnotationSpeed: "1Mi"},
+		{sim.AnnotationSize: "10Mi", sim.AnnotationSpeed: "1Mi"},
+		{sim.AnnotationSize: "6Mi", sim.AnnotationSpeed: "1Mi", sim.AnnotationFailAt: "50"},
 	})
 	var phases []velerov1api.BackupPhase
 	var mu sync.Mutex
