@@ -175,7 +175,20 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if op.Status.Phase.IsTerminal() {
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{RequeueAfter: min(jitter(r.SyncFrequency), max(deadline.Sub(now), time.Millisecond))}, nil
+	return ctrl.Result{RequeueAfter: min(jitter(r.pollInterval(op)), max(deadline.Sub(now), time.Millisecond))}, nil
+}
+
+// maxRetryInterval bounds the backoff between failing polls.
+const maxRetryInterval = 5 * time.Minute
+
+// pollInterval is the sync frequency, doubled for every failed poll in a
+// row, so a plugin in trouble is not hammered.
+func (r *ItemOperationReconciler) pollInterval(op *itemopsv1alpha1.ItemOperation) time.Duration {
+	d := r.SyncFrequency
+	for i := int32(1); i < op.Status.PollFailures && d < maxRetryInterval; i++ {
+		d *= 2
+	}
+	return min(d, max(r.SyncFrequency, maxRetryInterval))
 }
 
 // jitter spreads polls of operations created together by up to 10%.
