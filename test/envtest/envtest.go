@@ -95,6 +95,8 @@ func Start() (*Environment, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// A CRD that fails to install leaves the control plane running.
+		_ = env.Stop()
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
