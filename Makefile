@@ -54,11 +54,15 @@ envtest: ## Build (once per machine) the kube-apiserver and etcd the tests run a
 	@hack/envtest-assets.sh
 
 .PHONY: test
-test: verify vet ## Check generated files, vet, and run the unit and envtest suites.
-	@# Both test dependencies are built once per machine; build them side by side.
-	hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
-	  assets="$$(hack/envtest-assets.sh)"; wait $$aws; \
-	  KUBEBUILDER_ASSETS="$$assets" go test -race ./... -count=1
+test: ## Check generated files, vet, and run the unit and envtest suites.
+	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws) are built
+	@# once per machine; build them while the checks run.
+	assets_out="$$(mktemp)"; trap 'rm -f "$$assets_out"' EXIT; \
+	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
+	  hack/envtest-assets.sh > "$$assets_out" & assets=$$!; \
+	  $(MAKE) --no-print-directory verify vet; \
+	  wait $$aws; wait $$assets; \
+	  KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" go test -race ./... -count=1
 
 ##@ Build
 
