@@ -20,7 +20,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -70,11 +69,8 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	pluginDir := filepath.Join(dir, "plugins")
-	build := exec.Command("go", "build", "-o", pluginDir+string(os.PathSeparator), "./test/plugins/sample", "./test/plugins/samplev1")
-	build.Dir = env.RepoRoot
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the sample plugins:", err)
+	if err := envtest.BuildSamplePlugins(pluginDir, "sample", "samplev1"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	if err := os.Setenv("ITEMOPS_SAMPLE_STATE_DIR", filepath.Join(dir, "state")); err != nil {

@@ -21,9 +21,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/itemops/itemops/test/envtest"
 )
 
 // binDir holds the sample plugin binaries, built once for the package.
@@ -41,13 +42,13 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	binDir = filepath.Join(dir, "bin")
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	build := exec.Command("go", "build", "-o", binDir+string(os.PathSeparator), "./test/plugins/sample", "./test/plugins/samplev1")
-	build.Dir = root
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the sample plugins:", err)
+	root, err := envtest.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := envtest.BuildSamplePlugins(binDir, "sample", "samplev1"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	// Every sample plugin process this package starts keeps its operations here.

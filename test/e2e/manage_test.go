@@ -80,10 +80,7 @@ var buildPlugins = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	build := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./test/plugins/sample")
-	build.Dir = env.RepoRoot
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	return dir, build.Run()
+	return dir, envtest.BuildSamplePlugins(dir, "sample")
 })
 
 // waitingBackup creates a Backup waiting for n uploads and their ItemOperations.

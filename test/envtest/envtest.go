@@ -175,3 +175,23 @@ func (e *Environment) WatchClient() client.WithWatch {
 	utilruntime.Must(err)
 	return c
 }
+
+// BuildSamplePlugins builds the named packages under test/plugins (sample,
+// samplev1) into dir, as the plugin directory of a test.
+func BuildSamplePlugins(dir string, names ...string) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	args := []string{"build", "-o", dir + string(os.PathSeparator)}
+	for _, n := range names {
+		args = append(args, "./test/plugins/"+n)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building the sample plugins: %w", err)
+	}
+	return nil
+}
