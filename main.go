@@ -41,6 +41,7 @@ import (
 	"github.com/itemops/itemops/controllers"
 	"github.com/itemops/itemops/internal/options"
 	"github.com/itemops/itemops/internal/plugin"
+	"github.com/itemops/itemops/internal/store"
 )
 
 // leaderElectionID names the Lease that replicas compete for.
@@ -121,15 +122,36 @@ func main() {
 		os.Exit(1)
 	}
 
-	// Only in manage mode does itemops write to Velero's Backups and Restores.
+	// The Backup and Restore reconcilers create ItemOperations from Velero's
+	// operations files in both modes; only in manage mode do they write to
+	// Velero's Backups, Restores and object storage.
+	recorder := mgr.GetEventRecorderFor("itemops")
+	parentOpts := controllers.ParentOptions{
+		Store: &store.Store{
+			Client:         mgr.GetClient(),
+			Secrets:        mgr.GetAPIReader(),
+			Plugins:        plugins,
+			Namespace:      opts.VeleroNamespace,
+			CredentialsDir: opts.CredentialsDir,
+		},
+		Manage: opts.Mode == options.ModeManage,
+		Clock:  clock.RealClock{},
+	}
+	backups := controllers.NewBackupReconciler(mgr.GetClient(), recorder, parentOpts)
+	if err := backups.SetupWithManager(mgr); err != nil {
+		log.Error(err, "setting up the Backup controller")
+		os.Exit(1)
+	}
+	restores := controllers.NewRestoreReconciler(mgr.GetClient(), recorder, parentOpts)
+	if err := restores.SetupWithManager(mgr); err != nil {
+		log.Error(err, "setting up the Restore controller")
+		os.Exit(1)
+	}
 	if opts.Mode == options.ModeManage {
-		recorder := mgr.GetEventRecorderFor("itemops")
-		if err := controllers.NewBackupReconciler(mgr.GetClient(), recorder).SetupWithManager(mgr); err != nil {
-			log.Error(err, "setting up the Backup controller")
-			os.Exit(1)
-		}
-		if err := controllers.NewRestoreReconciler(mgr.GetClient(), recorder).SetupWithManager(mgr); err != nil {
-			log.Error(err, "setting up the Restore controller")
+		if err := (&controllers.DownloadRequestReconciler{
+			Client: mgr.GetClient(), Recorder: recorder, Backups: backups, Restores: restores,
+		}).SetupWithManager(mgr); err != nil {
+			log.Error(err, "setting up the DownloadRequest controller")
 			os.Exit(1)
 		}
 	}

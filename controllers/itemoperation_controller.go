@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/internal/plugin"
@@ -135,6 +136,16 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 
 	if !op.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, op)
+	}
+	if op.Status.Phase == "" {
+		// Read from an operations file in which it had already finished:
+		// record that, and there is nothing to poll or cancel.
+		if rec, err := recordStatus(op); err == nil && rec != nil &&
+			(rec.Phase == itemoperation.OperationPhaseCompleted || rec.Phase == itemoperation.OperationPhaseFailed) {
+			original, now := op.DeepCopy(), r.Clock.Now()
+			r.initialize(op, now)
+			return ctrl.Result{}, r.writeStatus(ctx, original, op, now)
+		}
 	}
 	if op.Status.Phase.IsTerminal() {
 		// A finished operation has nothing left to cancel: release it at once.

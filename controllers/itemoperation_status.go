@@ -29,6 +29,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
@@ -39,6 +40,9 @@ import (
 // initialize fills what an operation has from the start: its phase and the
 // time the timeout runs from (Velero's record, else the object's creation).
 func (r *ItemOperationReconciler) initialize(op *itemopsv1alpha1.ItemOperation, now time.Time) {
+	if op.Status.Phase == "" {
+		seedFromRecord(op, now)
+	}
 	if op.Status.Phase == "" {
 		op.Status.Phase = itemopsv1alpha1.OperationPhaseNew
 	}
@@ -237,4 +241,35 @@ func changedTo(before, after *itemopsv1alpha1.ItemOperation, kind string, status
 func hasReason(op *itemopsv1alpha1.ItemOperation, kind, reason string) bool {
 	c := meta.FindStatusCondition(op.Status.Conditions, kind)
 	return c != nil && c.Reason == reason
+}
+
+// seedFromRecord starts the status from what Velero recorded for an
+// operation read from its operations file: the timeout clock, the progress
+// and a phase the operation may already have finished in.
+func seedFromRecord(op *itemopsv1alpha1.ItemOperation, now time.Time) {
+	rec, err := recordStatus(op)
+	if err != nil || rec == nil {
+		return
+	}
+	s := &op.Status
+	s.Phase = itemopsv1alpha1.OperationPhase(rec.Phase)
+	switch rec.Phase {
+	case itemoperation.OperationPhaseNew, itemoperation.OperationPhaseInProgress,
+		itemoperation.OperationPhaseCompleted, itemoperation.OperationPhaseFailed:
+	default:
+		s.Phase = itemopsv1alpha1.OperationPhaseNew
+	}
+	s.Error, s.NCompleted, s.NTotal = rec.Error, max(rec.NCompleted, 0), max(rec.NTotal, 0)
+	s.OperationUnits, s.Description = rec.OperationUnits, rec.Description
+	s.Created, s.Started, s.Updated = rec.Created.DeepCopy(), rec.Started.DeepCopy(), rec.Updated.DeepCopy()
+	if s.Phase.IsTerminal() {
+		done := metav1.NewTime(now)
+		if s.Updated != nil {
+			done = *s.Updated.DeepCopy()
+		}
+		s.CompletionTimestamp = &done
+	}
+	if s.NTotal > 0 {
+		s.Progress = progress.Format(s.NCompleted, s.NTotal, s.OperationUnits)
+	}
 }

@@ -18,40 +18,95 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
+
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/internal/rollup"
+	"github.com/itemops/itemops/internal/store"
 )
 
 // +kubebuilder:rbac:groups=velero.io,namespace=velero,resources=backups;restores,verbs=patch
+// +kubebuilder:rbac:groups=velero.io,namespace=velero,resources=backupstoragelocations,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=velero,resources=secrets,verbs=get
+
+// OperationsStore reads and writes Velero's operations files; *store.Store
+// is the real one.
+type OperationsStore interface {
+	BackupOperations(ctx context.Context, backup *velerov1api.Backup) ([]*itemoperation.BackupOperation, error)
+	PutBackupOperations(ctx context.Context, backup *velerov1api.Backup, ops []*itemoperation.BackupOperation) error
+	RestoreOperations(ctx context.Context, restore *velerov1api.Restore) ([]*itemoperation.RestoreOperation, error)
+	PutRestoreOperations(ctx context.Context, restore *velerov1api.Restore, ops []*itemoperation.RestoreOperation) error
+	// CheckWritable returns store.ErrReadOnly when the location of the
+	// Backup or Restore takes no writes.
+	CheckWritable(ctx context.Context, parent client.Object) error
+}
+
+var _ OperationsStore = (*store.Store)(nil)
+
+// Event reasons on parents.
+const (
+	reasonIngested        = "OperationsIngested"
+	reasonUnreadable      = "OperationsFileUnreadable"
+	reasonNotWritten      = "OperationsFileNotWritten"
+	reasonForeignRecord   = "OperationRecordIgnored"
+	reasonInvalidRecord   = "OperationRecordInvalid"
+	reasonGaveUp          = "OperationsUnknown"
+	defaultParentTimeout  = DefaultOperationTimeout
+	parentPartiallyFailed = rollup.PartiallyFailed
+)
+
+// ParentOptions configure the Backup and Restore reconcilers.
+type ParentOptions struct {
+	// Store reads Velero's operations files and, in manage mode, writes them
+	// back. Without one, ItemOperations are expected to be created by others.
+	Store OperationsStore
+	// Manage lets the reconciler move the parent and write to object
+	// storage; without it, it only creates ItemOperations (observe mode).
+	Manage bool
+	// Clock decides when a parent whose operations cannot be read is given up.
+	Clock clock.Clock
+}
 
 // parentCounters are a parent's operation counters as Velero stores them.
 type parentCounters struct {
 	Attempted, Completed, Failed int
 }
 
-// countOperations counts the ItemOperations of the parent with this UID.
-func countOperations(ctx context.Context, c client.Client, namespace string, uid types.UID) (rollup.Counts, error) {
+// listOperations returns the ItemOperations of the parent with this UID.
+func listOperations(ctx context.Context, c client.Client, namespace string, uid types.UID) ([]itemopsv1alpha1.ItemOperation, error) {
 	list := &itemopsv1alpha1.ItemOperationList{}
 	if err := c.List(ctx, list, client.InNamespace(namespace),
 		client.MatchingLabels{itemopsv1alpha1.LabelParentUID: string(uid)}); err != nil {
-		return rollup.Counts{}, fmt.Errorf("listing operations: %w", err)
+		return nil, fmt.Errorf("listing operations: %w", err)
 	}
+	ops := slices.DeleteFunc(list.Items, func(op itemopsv1alpha1.ItemOperation) bool { return op.Spec.Parent.UID != string(uid) })
+	return ops, nil
+}
+
+// countOperations counts operations by outcome.
+func countOperations(ops []itemopsv1alpha1.ItemOperation) rollup.Counts {
 	counts := rollup.Counts{}
-	for _, op := range list.Items {
-		if op.Spec.Parent.UID != string(uid) {
-			continue
-		}
+	for _, op := range ops {
 		counts.Total++
 		switch op.Status.Phase {
 		case itemopsv1alpha1.OperationPhaseCompleted:
@@ -60,17 +115,18 @@ func countOperations(ctx context.Context, c client.Client, namespace string, uid
 			counts.Failed++
 		}
 	}
-	return counts, nil
+	return counts
 }
 
-// nextParentState computes a parent's new phase and counters. Velero recorded
-// how many operations it started (attempted); until that many ItemOperations
-// exist the parent never leaves WaitingForPluginOperations*, so that an
-// operation not yet ingested can never be skipped.
-func nextParentState(phase rollup.Phase, old parentCounters, counts rollup.Counts) (rollup.Phase, parentCounters) {
+// nextParentState computes a parent's new phase and counters. Until as many
+// operations as expected are known the parent never leaves
+// WaitingForPluginOperations*, so that an operation not yet ingested can never
+// be skipped. expected is what Velero recorded as attempted, or the number of
+// records once the operations file has been read.
+func nextParentState(phase rollup.Phase, old parentCounters, counts rollup.Counts, expected int) (rollup.Phase, parentCounters) {
 	next := parentCounters{Attempted: max(old.Attempted, counts.Total), Completed: counts.Completed, Failed: counts.Failed}
-	if counts.Total < old.Attempted {
-		counts.Total = old.Attempted
+	if counts.Total < expected {
+		counts.Total = expected
 	}
 	return rollup.Next(phase, counts), next
 }
@@ -99,19 +155,31 @@ func recordPhase(recorder record.EventRecorder, obj client.Object, from, to roll
 // parentKind adapts one Velero kind (Backup or Restore) to the rollup.
 type parentKind[T client.Object] struct {
 	kind        itemopsv1alpha1.ParentKind
+	gvk         schema.GroupVersionKind
+	pluginKind  itemopsv1alpha1.PluginKind
 	newObject   func() T
 	phase       func(T) rollup.Phase
 	counters    func(T) parentCounters
 	setStatus   func(T, rollup.Phase, parentCounters)
+	errors      func(T) int
+	setErrors   func(T, int)
+	started     func(T) *metav1.Time
+	timeout     func(T) time.Duration
+	finish      func(T, rollup.Phase, metav1.Time)
+	read        func(context.Context, OperationsStore, T) ([]opRecord, error)
+	write       func(context.Context, OperationsStore, T, []opRecord) error
 	controlName string
 }
 
-// parentReconciler moves a parent on from WaitingForPluginOperations* as its
-// operations finish (manage mode only), doing the job of Velero's
-// backup-operations or restore-operations controller, which must be disabled.
+// parentReconciler creates the ItemOperations of a parent in
+// WaitingForPluginOperations* from its operations file and, in manage mode,
+// moves the parent on as they finish, writing the file back first: the job
+// of Velero's backup-operations or restore-operations controller, which must
+// then be disabled.
 type parentReconciler[T client.Object] struct {
 	client   client.Client
 	recorder record.EventRecorder
+	opts     ParentOptions
 	kind     parentKind[T]
 }
 
@@ -134,25 +202,245 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	if !rollup.Owned(phase) {
 		return ctrl.Result{}, nil
 	}
-	counts, err := countOperations(ctx, r.client, parent.GetNamespace(), parent.GetUID())
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues(string(r.kind.kind), klog.KObj(parent)))
+	ops, err := listOperations(ctx, r.client, parent.GetNamespace(), parent.GetUID())
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	old := r.kind.counters(parent)
-	next, counters := nextParentState(phase, old, counts)
+	expected := old.Attempted
+	var readErr error
+	extra := rollup.Counts{}
+	// Read the file only while operations are missing: a parent whose
+	// operations are all known costs no object storage request.
+	if r.opts.Store != nil && len(ops) < max(old.Attempted, 1) {
+		records, err := r.kind.read(ctx, r.opts.Store, parent)
+		if err != nil {
+			readErr = err
+		} else {
+			ingested, err := r.ingest(ctx, parent, records, ops)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			expected, extra = ingested.expected, ingested.invalid
+			if ops, err = listOperations(ctx, r.client, parent.GetNamespace(), parent.GetUID()); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	}
+	if readErr != nil {
+		r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonUnreadable, "%v", readErr)
+		if r.opts.Manage && r.mustGiveUp(parent, readErr) {
+			return ctrl.Result{}, r.giveUp(ctx, parent, phase, readErr)
+		}
+	}
+	if !r.opts.Manage {
+		return ctrl.Result{}, retryable(readErr)
+	}
+	if r.opts.Store != nil {
+		// As Velero does: operations on a read-only location cannot be
+		// recorded, so the parent ends PartiallyFailed at once.
+		if err := r.opts.Store.CheckWritable(ctx, parent); errors.Is(err, store.ErrReadOnly) {
+			return ctrl.Result{}, r.giveUp(ctx, parent, phase, err)
+		}
+	}
+
+	counts := countOperations(ops)
+	counts.Total += extra.Total
+	counts.Failed += extra.Failed
+	next, counters := nextParentState(phase, old, counts, expected)
 	if next == phase && counters == old {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, retryable(readErr)
+	}
+	if next == rollup.Finalizing || next == rollup.FinalizingPartiallyFailed {
+		// Velero's finalizer reads the file: it must hold what itemops saw.
+		if err := r.writeBack(ctx, parent, ops); err != nil {
+			r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
+			if errors.Is(err, store.ErrReadOnly) || r.mustGiveUp(parent, err) {
+				return ctrl.Result{}, r.giveUp(ctx, parent, phase, err)
+			}
+			return ctrl.Result{}, err
+		}
 	}
 	// Velero's Backup and Restore have no status subresource; the optimistic
 	// lock makes sure nothing Velero wrote meanwhile is overwritten.
 	patch := client.MergeFromWithOptions(parent.DeepCopyObject().(T), client.MergeFromWithOptimisticLock{})
 	r.kind.setStatus(parent, next, counters)
+	// Velero counts every failed operation as an error of its parent.
+	if newlyFailed := counters.Failed - old.Failed; newlyFailed > 0 {
+		r.kind.setErrors(parent, r.kind.errors(parent)+newlyFailed)
+	}
 	if err := r.client.Patch(ctx, parent, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating %s %s: %w", r.kind.kind, parent.GetName(), err)
 	}
 	if next != phase {
-		ctrl.LoggerFrom(ctx).Info("moved "+string(r.kind.kind), "parent", klog.KObj(parent), "from", phase, "to", next)
+		ctrl.LoggerFrom(ctx).Info("moved "+string(r.kind.kind), "from", phase, "to", next)
 		recordPhase(r.recorder, parent, phase, next, counters)
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, retryable(readErr)
+}
+
+// retryable is err when a later attempt may succeed, so the workqueue backs
+// off and retries; a location or file that is wrong waits for a change instead.
+func retryable(err error) error {
+	if err == nil || errors.Is(err, store.ErrNoLocation) || errors.Is(err, store.ErrMalformed) {
+		return nil
+	}
+	return err
+}
+
+// ingestResult is what reading the operations file found.
+type ingestResult struct {
+	// expected is the number of records of this parent.
+	expected int
+	// invalid are records that cannot become ItemOperations; they count as failed.
+	invalid rollup.Counts
+}
+
+// ingest creates the ItemOperation of every record that has none yet.
+// Names are deterministic, so a second read or a restart creates nothing twice.
+func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []opRecord, existing []itemopsv1alpha1.ItemOperation) (ingestResult, error) {
+	have := map[string]bool{}
+	for _, op := range existing {
+		have[op.Name] = true
+	}
+	result := ingestResult{}
+	created := 0
+	for i, rec := range records {
+		if rec.ParentUID != "" && rec.ParentUID != string(parent.GetUID()) {
+			r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonForeignRecord,
+				"record %d of the operations file belongs to %s UID %s, not this one; ignored", i, r.kind.kind, rec.ParentUID)
+			continue
+		}
+		result.expected++
+		op, err := newItemOperation(parent, r.kind.gvk, r.kind.kind, r.kind.pluginKind, i, rec)
+		if err != nil {
+			return ingestResult{}, err
+		}
+		if have[op.Name] {
+			continue
+		}
+		if err := r.client.Create(ctx, op); err != nil {
+			switch {
+			case apierrors.IsAlreadyExists(err):
+				continue
+			case apierrors.IsInvalid(err):
+				// Nothing can poll it: count it failed rather than wait for it forever.
+				r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonInvalidRecord,
+					"operation %q of plugin %q cannot be tracked and counts as failed: %v", rec.OperationID, rec.Plugin, err)
+				result.invalid.Total++
+				if rec.Status.Phase != itemoperation.OperationPhaseCompleted {
+					result.invalid.Failed++
+				} else {
+					result.invalid.Completed++
+				}
+				continue
+			}
+			return ingestResult{}, fmt.Errorf("creating ItemOperation %s: %w", op.Name, err)
+		}
+		created++
+	}
+	if created > 0 {
+		ctrl.LoggerFrom(ctx).Info("ingested operations", "created", created, "records", len(records))
+		r.recorder.Eventf(parent, corev1.EventTypeNormal, reasonIngested, "created %d ItemOperations from the %d records of the operations file", created, len(records))
+	}
+	return result, nil
+}
+
+// writeBack uploads the operations file with the status of every
+// ItemOperation. Records with no ItemOperation are kept as Velero wrote them.
+func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []itemopsv1alpha1.ItemOperation) error {
+	if r.opts.Store == nil {
+		return nil
+	}
+	records, err := r.kind.read(ctx, r.opts.Store, parent)
+	if err != nil && !errors.Is(err, store.ErrMalformed) {
+		return err
+	}
+	byName := map[string]itemopsv1alpha1.ItemOperation{}
+	for _, op := range ops {
+		byName[op.Name] = op
+	}
+	out := make([]opRecord, 0, max(len(records), len(ops)))
+	for _, rec := range records {
+		name := operationName(parent.GetName(), string(parent.GetUID()), rec.Plugin, rec.OperationID)
+		if op, ok := byName[name]; ok {
+			rec = toRecord(&op)
+			delete(byName, name)
+		}
+		out = append(out, rec)
+	}
+	// Operations that are not in the file (created by hand) go last, in record order.
+	rest := make([]itemopsv1alpha1.ItemOperation, 0, len(byName))
+	for _, op := range byName {
+		rest = append(rest, op)
+	}
+	slices.SortFunc(rest, func(a, b itemopsv1alpha1.ItemOperation) int {
+		if d := recordIndex(&a) - recordIndex(&b); d != 0 {
+			return d
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	for i := range rest {
+		out = append(out, toRecord(&rest[i]))
+	}
+	if err := r.kind.write(ctx, r.opts.Store, parent, out); err != nil {
+		return err
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("wrote the operations file back", "records", len(out))
+	return nil
+}
+
+// WriteBack uploads the current state of the named parent's operations, if
+// the parent is still waiting for them (a DownloadRequest asked for them).
+func (r *parentReconciler[T]) WriteBack(ctx context.Context, key types.NamespacedName) error {
+	parent := r.kind.newObject()
+	if err := r.client.Get(ctx, key, parent); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !rollup.Owned(r.kind.phase(parent)) {
+		return nil
+	}
+	ops, err := listOperations(ctx, r.client, parent.GetNamespace(), parent.GetUID())
+	if err != nil {
+		return err
+	}
+	if err := r.writeBack(ctx, parent, ops); err != nil {
+		return fmt.Errorf("writing back the operations of %s %s: %w", r.kind.kind, key.Name, err)
+	}
+	return nil
+}
+
+// mustGiveUp reports whether the parent's operations can no longer be
+// known or recorded: the location or file is wrong, or the object store has
+// been failing for longer than any of the parent's operations may run.
+func (r *parentReconciler[T]) mustGiveUp(parent T, err error) bool {
+	if errors.Is(err, store.ErrNoLocation) || errors.Is(err, store.ErrMalformed) {
+		return true
+	}
+	started := r.kind.started(parent)
+	if started == nil {
+		return false
+	}
+	timeout := r.kind.timeout(parent)
+	if timeout <= 0 {
+		timeout = defaultParentTimeout
+	}
+	return !r.opts.Clock.Now().Before(started.Add(timeout))
+}
+
+// giveUp ends a parent whose operations cannot be known or recorded in
+// PartiallyFailed, as Velero does for a missing or read-only location,
+// rather than leave it waiting for ever.
+func (r *parentReconciler[T]) giveUp(ctx context.Context, parent T, phase rollup.Phase, cause error) error {
+	patch := client.MergeFromWithOptions(parent.DeepCopyObject().(T), client.MergeFromWithOptimisticLock{})
+	r.kind.finish(parent, parentPartiallyFailed, metav1.NewTime(r.opts.Clock.Now()))
+	r.kind.setErrors(parent, r.kind.errors(parent)+1)
+	if err := r.client.Patch(ctx, parent, patch); err != nil {
+		return fmt.Errorf("updating %s %s: %w", r.kind.kind, parent.GetName(), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("gave up on the operations of "+string(r.kind.kind), "from", phase, "to", parentPartiallyFailed, "cause", cause.Error())
+	r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonGaveUp, "%s -> %s: its plugin operations cannot be tracked: %v",
+		phase, parentPartiallyFailed, cause)
+	return nil
 }

@@ -17,7 +17,12 @@ limitations under the License.
 package controllers
 
 import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -26,23 +31,43 @@ import (
 	"github.com/itemops/itemops/internal/rollup"
 )
 
-// NewRestoreReconciler returns the reconciler that rolls a Restore's
-// operations up into its phase and restoreItemOperations* counters (manage
-// mode). Velero v1.18 restores pass through Finalizing* too.
-func NewRestoreReconciler(c client.Client, recorder record.EventRecorder) *parentReconciler[*velerov1api.Restore] {
-	return &parentReconciler[*velerov1api.Restore]{client: c, recorder: recorder, kind: parentKind[*velerov1api.Restore]{
+// NewRestoreReconciler returns the reconciler that creates a Restore's
+// ItemOperations from its operations file and, in manage mode, rolls them up
+// into its phase and restoreItemOperations* counters.
+func NewRestoreReconciler(c client.Client, recorder record.EventRecorder, opts ParentOptions) *parentReconciler[*velerov1api.Restore] {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &parentReconciler[*velerov1api.Restore]{client: c, recorder: recorder, opts: opts, kind: parentKind[*velerov1api.Restore]{
 		kind:        itemopsv1alpha1.ParentKindRestore,
+		gvk:         velerov1api.SchemeGroupVersion.WithKind("Restore"),
+		pluginKind:  itemopsv1alpha1.PluginKindRestoreItemAction,
 		controlName: "restore",
 		newObject:   func() *velerov1api.Restore { return &velerov1api.Restore{} },
-		phase:       func(r *velerov1api.Restore) rollup.Phase { return rollup.Phase(r.Status.Phase) },
-		counters: func(r *velerov1api.Restore) parentCounters {
-			return parentCounters{r.Status.RestoreItemOperationsAttempted, r.Status.RestoreItemOperationsCompleted, r.Status.RestoreItemOperationsFailed}
+		phase:       func(b *velerov1api.Restore) rollup.Phase { return rollup.Phase(b.Status.Phase) },
+		counters: func(b *velerov1api.Restore) parentCounters {
+			return parentCounters{b.Status.RestoreItemOperationsAttempted, b.Status.RestoreItemOperationsCompleted, b.Status.RestoreItemOperationsFailed}
 		},
-		setStatus: func(r *velerov1api.Restore, phase rollup.Phase, c parentCounters) {
-			r.Status.Phase = velerov1api.RestorePhase(phase)
-			r.Status.RestoreItemOperationsAttempted = c.Attempted
-			r.Status.RestoreItemOperationsCompleted = c.Completed
-			r.Status.RestoreItemOperationsFailed = c.Failed
+		setStatus: func(b *velerov1api.Restore, phase rollup.Phase, c parentCounters) {
+			b.Status.Phase = velerov1api.RestorePhase(phase)
+			b.Status.RestoreItemOperationsAttempted = c.Attempted
+			b.Status.RestoreItemOperationsCompleted = c.Completed
+			b.Status.RestoreItemOperationsFailed = c.Failed
+		},
+		errors:    func(b *velerov1api.Restore) int { return b.Status.Errors },
+		setErrors: func(b *velerov1api.Restore, n int) { b.Status.Errors = n },
+		started:   func(b *velerov1api.Restore) *metav1.Time { return b.Status.StartTimestamp },
+		timeout:   func(b *velerov1api.Restore) time.Duration { return b.Spec.ItemOperationTimeout.Duration },
+		finish: func(b *velerov1api.Restore, phase rollup.Phase, now metav1.Time) {
+			b.Status.Phase = velerov1api.RestorePhase(phase)
+			b.Status.CompletionTimestamp = &now
+		},
+		read: func(ctx context.Context, s OperationsStore, b *velerov1api.Restore) ([]opRecord, error) {
+			ops, err := s.RestoreOperations(ctx, b)
+			return fromRestoreOperations(ops), err
+		},
+		write: func(ctx context.Context, s OperationsStore, b *velerov1api.Restore, records []opRecord) error {
+			return s.PutRestoreOperations(ctx, b, toRestoreOperations(b, records))
 		},
 	}}
 }

@@ -47,6 +47,8 @@ const (
 var (
 	env     *envtest.Environment
 	plugins *plugin.Manager
+	// files are the operations files of the suite's Backups and Restores.
+	files = newFakeStore()
 )
 
 func TestMain(m *testing.M) {
@@ -111,8 +113,8 @@ func run(m *testing.M) int {
 	}
 	// The suite runs in manage mode: the parents are moved on too.
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		NewBackupReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops")),
-		NewRestoreReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops")),
+		NewBackupReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true}),
+		NewRestoreReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true}),
 	} {
 		if err := r.SetupWithManager(mgr); err != nil {
 			fmt.Fprintln(os.Stderr, err)

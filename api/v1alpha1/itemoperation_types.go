@@ -21,14 +21,23 @@ import (
 )
 
 // Labels put on every ItemOperation so that the operations of one parent can
-// be listed with a label selector.
+// be listed with a label selector, and annotations on those read from Velero's
+// operations files.
 const (
 	// LabelParentKind holds spec.parent.kind.
 	LabelParentKind = "itemops.io/parent-kind"
-	// LabelParentName holds spec.parent.name.
+	// LabelParentName holds spec.parent.name, cut to the 63 characters a
+	// label value can hold; select by LabelParentUID to be exact.
 	LabelParentName = "itemops.io/parent-name"
 	// LabelParentUID holds spec.parent.uid.
 	LabelParentUID = "itemops.io/parent-uid"
+
+	// AnnotationRecordIndex is the position of the operation's record in
+	// Velero's operations file, kept so the file is written back in order.
+	AnnotationRecordIndex = "itemops.io/record-index"
+	// AnnotationRecordStatus is the status Velero recorded for the operation
+	// when it was read from the operations file; the status starts from it.
+	AnnotationRecordStatus = "itemops.io/record-status"
 )
 
 // ParentKind is the kind of the Velero object an operation belongs to.

@@ -20,6 +20,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -82,6 +84,9 @@ type Options struct {
 	// StallAfter is how long progress may stand still before the operation
 	// gets a Stalled condition.
 	StallAfter time.Duration
+	// CredentialsDir receives the BackupStorageLocation credentials handed to
+	// ObjectStore plugins as files; it must be writable.
+	CredentialsDir string
 
 	// MetricsBindAddress serves Prometheus metrics; "0" turns them off.
 	MetricsBindAddress string
@@ -103,6 +108,7 @@ func New() Options {
 		ProgressUpdateInterval:  30 * time.Second,
 		MaxProgressFailures:     5,
 		StallAfter:              15 * time.Minute,
+		CredentialsDir:          filepath.Join(os.TempDir(), "itemops-credentials"),
 		MetricsBindAddress:      ":8080",
 		HealthProbeBindAddress:  ":8081",
 	}
@@ -119,6 +125,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ProgressUpdateInterval, "progress-update-interval", o.ProgressUpdateInterval, "least time between two status writes of one operation when only its progress changed")
 	fs.IntVar(&o.MaxProgressFailures, "max-progress-failures", o.MaxProgressFailures, "Progress calls in a row that may fail with a transport error before the operation fails")
 	fs.DurationVar(&o.StallAfter, "stall-after", o.StallAfter, "how long progress may stand still before an operation is marked Stalled")
+	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "writable directory where BackupStorageLocation credentials are put for the ObjectStore plugins (mode 0600)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus metrics endpoint; 0 turns it off")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one active manager among replicas (a Lease in the Velero namespace)")
@@ -136,6 +143,9 @@ func (o Options) Validate() error {
 	}
 	if strings.TrimSpace(o.PluginDir) == "" {
 		errs = append(errs, errors.New("--plugin-dir must name a directory"))
+	}
+	if strings.TrimSpace(o.CredentialsDir) == "" {
+		errs = append(errs, errors.New("--credentials-dir must name a directory"))
 	}
 	for _, d := range []struct {
 		flag  string

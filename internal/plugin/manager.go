@@ -94,6 +94,9 @@ type Manager struct {
 	processes map[string]*process
 	closed    bool
 
+	storeLocksMu sync.Mutex
+	storeLocks   map[string]chan struct{}
+
 	launches atomic.Int64
 	restarts atomic.Int64
 }

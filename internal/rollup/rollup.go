@@ -28,6 +28,10 @@ const (
 	WaitingForPluginOperationsPartiallyFailed Phase = "WaitingForPluginOperationsPartiallyFailed"
 	Finalizing                                Phase = "Finalizing"
 	FinalizingPartiallyFailed                 Phase = "FinalizingPartiallyFailed"
+	// PartiallyFailed is terminal. itemops moves a parent there only when
+	// its operations cannot be known or recorded (no location, a malformed
+	// operations file, a read-only location), as Velero does.
+	PartiallyFailed Phase = "PartiallyFailed"
 )
 
 // Counts are the operations of one parent by outcome. Canceled operations

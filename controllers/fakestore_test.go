@@ -1,0 +1,161 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
+
+	"github.com/itemops/itemops/internal/store"
+)
+
+// errNoFakeFile answers for parents whose test gave the fake store no file:
+// a failure worth retrying, so such parents behave as if the store were down.
+var errNoFakeFile = errors.New("no operations file was given to the fake store")
+
+// fakeStore keeps operations files in memory, by parent UID. A parent can
+// be given a malformed file, a read-only location or no location.
+type fakeStore struct {
+	mu        sync.Mutex
+	backups   map[string][]*itemoperation.BackupOperation
+	restores  map[string][]*itemoperation.RestoreOperation
+	failures  map[string]error
+	readOnly  map[string]bool
+	reads     map[string]int
+	writes    map[string]int
+}
+
+var _ OperationsStore = (*fakeStore)(nil)
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{backups: map[string][]*itemoperation.BackupOperation{}, restores: map[string][]*itemoperation.RestoreOperation{},
+		failures: map[string]error{}, readOnly: map[string]bool{}, reads: map[string]int{}, writes: map[string]int{}}
+}
+
+func (f *fakeStore) setBackup(uid string, ops []*itemoperation.BackupOperation) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.backups[uid] = ops
+}
+
+func (f *fakeStore) setRestore(uid string, ops []*itemoperation.RestoreOperation) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.restores[uid] = ops
+}
+
+func (f *fakeStore) fail(uid string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failures[uid] = err
+}
+
+func (f *fakeStore) setReadOnly(uid string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.readOnly[uid] = true
+}
+
+func (f *fakeStore) backup(uid string) []*itemoperation.BackupOperation {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*itemoperation.BackupOperation, 0, len(f.backups[uid]))
+	for _, op := range f.backups[uid] {
+		out = append(out, op.DeepCopy())
+	}
+	return out
+}
+
+func (f *fakeStore) counts(uid string) (reads, writes int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads[uid], f.writes[uid]
+}
+
+func (f *fakeStore) BackupOperations(_ context.Context, b *velerov1api.Backup) ([]*itemoperation.BackupOperation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	uid := string(b.UID)
+	f.reads[uid]++
+	if err := f.failures[uid]; err != nil {
+		return nil, err
+	}
+	ops, ok := f.backups[uid]
+	if !ok {
+		return nil, errNoFakeFile
+	}
+	out := make([]*itemoperation.BackupOperation, 0, len(ops))
+	for _, op := range ops {
+		out = append(out, op.DeepCopy())
+	}
+	return out, nil
+}
+
+func (f *fakeStore) PutBackupOperations(_ context.Context, b *velerov1api.Backup, ops []*itemoperation.BackupOperation) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	uid := string(b.UID)
+	if f.readOnly[uid] {
+		return fmt.Errorf("%w: fake", store.ErrReadOnly)
+	}
+	f.writes[uid]++
+	f.backups[uid] = ops
+	return nil
+}
+
+func (f *fakeStore) RestoreOperations(_ context.Context, r *velerov1api.Restore) ([]*itemoperation.RestoreOperation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	uid := string(r.UID)
+	f.reads[uid]++
+	if err := f.failures[uid]; err != nil {
+		return nil, err
+	}
+	ops, ok := f.restores[uid]
+	if !ok {
+		return nil, errNoFakeFile
+	}
+	return ops, nil
+}
+
+func (f *fakeStore) PutRestoreOperations(_ context.Context, r *velerov1api.Restore, ops []*itemoperation.RestoreOperation) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	uid := string(r.UID)
+	if f.readOnly[uid] {
+		return fmt.Errorf("%w: fake", store.ErrReadOnly)
+	}
+	f.writes[uid]++
+	f.restores[uid] = ops
+	return nil
+}
+
+func (f *fakeStore) CheckWritable(_ context.Context, parent client.Object) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.readOnly[string(parent.GetUID())] {
+		return fmt.Errorf("%w: fake", store.ErrReadOnly)
+	}
+	return nil
+}

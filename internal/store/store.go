@@ -1,0 +1,304 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
+	"github.com/vmware-tanzu/velero/pkg/persistence"
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+	"github.com/vmware-tanzu/velero/pkg/util/encode"
+
+	"github.com/itemops/itemops/internal/plugin"
+)
+
+// The failures a caller can branch on with errors.Is. Anything else (the
+// plugin unreachable, a Secret missing, the object store down) may pass.
+var (
+	// ErrNoLocation: the BackupStorageLocation (or, for a restore, its
+	// Backup) does not exist or has no object storage.
+	ErrNoLocation = errors.New("backup storage location unavailable")
+	// ErrReadOnly: the location is in ReadOnly access mode and a write was asked for.
+	ErrReadOnly = errors.New("backup storage location is read-only")
+	// ErrMalformed: the operations file exists but is not a gzip JSON list
+	// of operation records.
+	ErrMalformed = errors.New("malformed item operations file")
+)
+
+// Store reads and writes operations files. Its zero value is not usable.
+type Store struct {
+	// Client reads BackupStorageLocations and Backups.
+	Client client.Reader
+	// Secrets reads the credential Secrets BSLs name; an uncached reader, so
+	// that no Secret is held in memory or watched.
+	Secrets client.Reader
+	// Plugins serves the ObjectStore plugins.
+	Plugins plugin.ObjectStores
+	// Namespace is Velero's namespace: BSLs and their Secrets live there only.
+	Namespace string
+	// CredentialsDir receives the credential files handed to plugins.
+	CredentialsDir string
+}
+
+// BackupOperations returns the records of a backup's operations file; no
+// file means no operations.
+func (s *Store) BackupOperations(ctx context.Context, backup *velerov1api.Backup) ([]*itemoperation.BackupOperation, error) {
+	var ops []*itemoperation.BackupOperation
+	err := s.withBackupStore(ctx, backup.Spec.StorageLocation, false, func(bs persistence.BackupStore) error {
+		var err error
+		ops, err = bs.GetBackupItemOperations(backup.Name)
+		return classifyRead(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the item operations of backup %s: %w", backup.Name, err)
+	}
+	return ops, nil
+}
+
+// PutBackupOperations replaces a backup's operations file.
+func (s *Store) PutBackupOperations(ctx context.Context, backup *velerov1api.Backup, ops []*itemoperation.BackupOperation) error {
+	body, err := gzipJSON(ops)
+	if err != nil {
+		return err
+	}
+	err = s.withBackupStore(ctx, backup.Spec.StorageLocation, true, func(bs persistence.BackupStore) error {
+		return bs.PutBackupItemOperations(backup.Name, body)
+	})
+	if err != nil {
+		return fmt.Errorf("writing the item operations of backup %s: %w", backup.Name, err)
+	}
+	return nil
+}
+
+// RestoreOperations returns the records of a restore's operations file,
+// kept in the location of the restore's backup; no file means no operations.
+func (s *Store) RestoreOperations(ctx context.Context, restore *velerov1api.Restore) ([]*itemoperation.RestoreOperation, error) {
+	location, err := s.restoreLocation(ctx, restore)
+	if err != nil {
+		return nil, fmt.Errorf("reading the item operations of restore %s: %w", restore.Name, err)
+	}
+	var ops []*itemoperation.RestoreOperation
+	err = s.withBackupStore(ctx, location, false, func(bs persistence.BackupStore) error {
+		var err error
+		ops, err = bs.GetRestoreItemOperations(restore.Name)
+		return classifyRead(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the item operations of restore %s: %w", restore.Name, err)
+	}
+	return ops, nil
+}
+
+// PutRestoreOperations replaces a restore's operations file.
+func (s *Store) PutRestoreOperations(ctx context.Context, restore *velerov1api.Restore, ops []*itemoperation.RestoreOperation) error {
+	location, err := s.restoreLocation(ctx, restore)
+	if err != nil {
+		return fmt.Errorf("writing the item operations of restore %s: %w", restore.Name, err)
+	}
+	body, err := gzipJSON(ops)
+	if err != nil {
+		return err
+	}
+	err = s.withBackupStore(ctx, location, true, func(bs persistence.BackupStore) error {
+		return bs.PutRestoreItemOperations(restore.Name, body)
+	})
+	if err != nil {
+		return fmt.Errorf("writing the item operations of restore %s: %w", restore.Name, err)
+	}
+	return nil
+}
+
+// CheckWritable returns ErrReadOnly when the location of a Backup or
+// Restore is in ReadOnly access mode.
+func (s *Store) CheckWritable(ctx context.Context, parent client.Object) error {
+	var name string
+	switch p := parent.(type) {
+	case *velerov1api.Backup:
+		name = p.Spec.StorageLocation
+	case *velerov1api.Restore:
+		var err error
+		if name, err = s.restoreLocation(ctx, p); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%T has no backup storage location", parent)
+	}
+	location := &velerov1api.BackupStorageLocation{}
+	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, location); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%w: BackupStorageLocation %q does not exist", ErrNoLocation, name)
+		}
+		return fmt.Errorf("reading BackupStorageLocation %s: %w", name, err)
+	}
+	if location.Spec.AccessMode == velerov1api.BackupStorageLocationAccessModeReadOnly {
+		return fmt.Errorf("%w: BackupStorageLocation %s", ErrReadOnly, name)
+	}
+	return nil
+}
+
+// restoreLocation is the location of the backup a restore reads, where
+// Velero keeps the restore's files too.
+func (s *Store) restoreLocation(ctx context.Context, restore *velerov1api.Restore) (string, error) {
+	backup := &velerov1api.Backup{}
+	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: restore.Spec.BackupName}, backup); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("%w: backup %s of the restore does not exist", ErrNoLocation, restore.Spec.BackupName)
+		}
+		return "", fmt.Errorf("reading backup %s of the restore: %w", restore.Spec.BackupName, err)
+	}
+	return backup.Spec.StorageLocation, nil
+}
+
+// withBackupStore opens Velero's BackupStore on the named location through
+// its ObjectStore plugin and calls fn with it.
+func (s *Store) withBackupStore(ctx context.Context, name string, write bool, fn func(persistence.BackupStore) error) error {
+	location := &velerov1api.BackupStorageLocation{}
+	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, location); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%w: BackupStorageLocation %q does not exist", ErrNoLocation, name)
+		}
+		return fmt.Errorf("reading BackupStorageLocation %s: %w", name, err)
+	}
+	if location.Spec.ObjectStorage == nil {
+		return fmt.Errorf("%w: BackupStorageLocation %s has no object storage", ErrNoLocation, name)
+	}
+	if write && location.Spec.AccessMode == velerov1api.BackupStorageLocationAccessModeReadOnly {
+		return fmt.Errorf("%w: BackupStorageLocation %s", ErrReadOnly, name)
+	}
+	return s.Plugins.WithObjectStore(ctx, location.Spec.Provider, func(objectStore velero.ObjectStore) error {
+		getter := persistence.NewObjectBackupStoreGetterWithSecretStore(
+			&credentialFiles{ctx: ctx, store: s}, &secretValues{ctx: ctx, store: s})
+		bs, err := getter.Get(location, singleObjectStore{objectStore}, discardLogger())
+		if err != nil {
+			return fmt.Errorf("opening BackupStorageLocation %s: %w", name, err)
+		}
+		return fn(bs)
+	})
+}
+
+// classifyRead tells a file that could not be decoded from one that could
+// not be fetched: every failure to fetch is a plugin error.
+func classifyRead(err error) error {
+	if err == nil {
+		return nil
+	}
+	var perr *plugin.Error
+	if errors.As(err, &perr) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", ErrMalformed, err)
+}
+
+// gzipJSON encodes records the way Velero does.
+func gzipJSON(records any) (io.Reader, error) {
+	buf, errs := encode.ToJSONGzip(records, "item operations")
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("encoding item operations: %w", errors.Join(errs...))
+	}
+	return bytes.NewReader(buf.Bytes()), nil
+}
+
+// singleObjectStore hands persistence the store of the current session.
+type singleObjectStore struct{ velero.ObjectStore }
+
+// GetObjectStore implements persistence.ObjectStoreGetter.
+func (s singleObjectStore) GetObjectStore(string) (velero.ObjectStore, error) { return s.ObjectStore, nil }
+
+// credentialFiles writes the Secret key a location names into a file the
+// plugin can read, as Velero's credential file store does.
+type credentialFiles struct {
+	ctx   context.Context
+	store *Store
+}
+
+// Path implements Velero's credentials.FileStore.
+func (c *credentialFiles) Path(selector *corev1.SecretKeySelector) (string, error) {
+	value, err := c.store.secretKey(c.ctx, selector)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(c.store.CredentialsDir, c.store.Namespace)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating the credentials directory: %w", err)
+	}
+	path := filepath.Join(dir, selector.Name+"-"+selector.Key)
+	// Written beside and renamed, so a plugin never reads half a file.
+	tmp, err := os.CreateTemp(dir, ".creds-*")
+	if err != nil {
+		return "", fmt.Errorf("writing credentials file: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(value); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("writing credentials file: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("writing credentials file: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return "", fmt.Errorf("writing credentials file: %w", err)
+	}
+	return path, nil
+}
+
+// secretValues reads the Secret key a location names (its CA certificate).
+type secretValues struct {
+	ctx   context.Context
+	store *Store
+}
+
+// Get implements Velero's credentials.SecretStore.
+func (v *secretValues) Get(selector *corev1.SecretKeySelector) (string, error) {
+	value, err := v.store.secretKey(v.ctx, selector)
+	return string(value), err
+}
+
+// secretKey reads one key of a Secret in Velero's namespace. The error never
+// contains the Secret's data.
+func (s *Store) secretKey(ctx context.Context, selector *corev1.SecretKeySelector) ([]byte, error) {
+	secret := &corev1.Secret{}
+	if err := s.Secrets.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: selector.Name}, secret); err != nil {
+		return nil, fmt.Errorf("reading Secret %s/%s: %w", s.Namespace, selector.Name, err)
+	}
+	value, ok := secret.Data[selector.Key]
+	if !ok {
+		return nil, fmt.Errorf("Secret %s/%s has no key %q", s.Namespace, selector.Name, selector.Key)
+	}
+	return value, nil
+}
+
+// discardLogger quiets Velero's persistence package; every failure it meets
+// comes back as an error.
+func discardLogger() logrus.FieldLogger {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	return l
+}
