@@ -18,7 +18,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -30,20 +29,16 @@ import (
 	"github.com/itemops/itemops/internal/store"
 )
 
-// errNoFakeFile answers for parents whose test gave the fake store no file:
-// a failure worth retrying, so such parents behave as if the store were down.
-var errNoFakeFile = errors.New("no operations file was given to the fake store")
-
 // fakeStore keeps operations files in memory, by parent UID. A parent can
 // be given a malformed file, a read-only location or no location.
 type fakeStore struct {
-	mu        sync.Mutex
-	backups   map[string][]*itemoperation.BackupOperation
-	restores  map[string][]*itemoperation.RestoreOperation
-	failures  map[string]error
-	readOnly  map[string]bool
-	reads     map[string]int
-	writes    map[string]int
+	mu       sync.Mutex
+	backups  map[string][]*itemoperation.BackupOperation
+	restores map[string][]*itemoperation.RestoreOperation
+	failures map[string]error
+	readOnly map[string]bool
+	reads    map[string]int
+	writes   map[string]int
 }
 
 var _ OperationsStore = (*fakeStore)(nil)
@@ -101,10 +96,9 @@ func (f *fakeStore) BackupOperations(_ context.Context, b *velerov1api.Backup) (
 	if err := f.failures[uid]; err != nil {
 		return nil, err
 	}
-	ops, ok := f.backups[uid]
-	if !ok {
-		return nil, errNoFakeFile
-	}
+	// A parent its test gave no file has none, like a backup without
+	// records in object storage.
+	ops := f.backups[uid]
 	out := make([]*itemoperation.BackupOperation, 0, len(ops))
 	for _, op := range ops {
 		out = append(out, op.DeepCopy())
@@ -132,11 +126,7 @@ func (f *fakeStore) RestoreOperations(_ context.Context, r *velerov1api.Restore)
 	if err := f.failures[uid]; err != nil {
 		return nil, err
 	}
-	ops, ok := f.restores[uid]
-	if !ok {
-		return nil, errNoFakeFile
-	}
-	return ops, nil
+	return f.restores[uid], nil
 }
 
 func (f *fakeStore) PutRestoreOperations(_ context.Context, r *velerov1api.Restore, ops []*itemoperation.RestoreOperation) error {

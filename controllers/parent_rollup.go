@@ -71,9 +71,13 @@ const (
 	reasonForeignRecord   = "OperationRecordIgnored"
 	reasonInvalidRecord   = "OperationRecordInvalid"
 	reasonGaveUp          = "OperationsUnknown"
+	reasonMissing         = "OperationsMissing"
 	defaultParentTimeout  = DefaultOperationTimeout
 	parentPartiallyFailed = rollup.PartiallyFailed
 )
+
+// errMissingOperations: fewer operations are known than Velero attempted.
+var errMissingOperations = errors.New("plugin operations missing")
 
 // ParentOptions configure the Backup and Restore reconcilers.
 type ParentOptions struct {
@@ -222,14 +226,26 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 			if err != nil {
 				return ctrl.Result{}, err
 			}
-			expected, extra = ingested.expected, ingested.invalid
+			extra = ingested.invalid
+			expected = max(old.Attempted, ingested.expected)
 			if ops, err = listOperations(ctx, r.client, parent.GetNamespace(), parent.GetUID()); err != nil {
 				return ctrl.Result{}, err
+			}
+			if known := len(ops) + extra.Total; known < old.Attempted {
+				// Velero writes the file before it counts the attempts, so
+				// records were lost: wait for them until no operation could
+				// still be running, then give up.
+				readErr = fmt.Errorf("%w: Velero attempted %d plugin operations, %d are known, the operations file lists %d",
+					errMissingOperations, old.Attempted, known, ingested.expected)
 			}
 		}
 	}
 	if readErr != nil {
-		r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonUnreadable, "%v", readErr)
+		reason := reasonUnreadable
+		if errors.Is(readErr, errMissingOperations) {
+			reason = reasonMissing
+		}
+		r.recorder.Eventf(parent, corev1.EventTypeWarning, reason, "%v", readErr)
 		if r.opts.Manage && r.mustGiveUp(parent, readErr) {
 			return ctrl.Result{}, r.giveUp(ctx, parent, phase, readErr)
 		}
