@@ -403,7 +403,7 @@ func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []ite
 	if err := r.kind.write(ctx, r.opts.Store, parent, out); err != nil {
 		return err
 	}
-	ctrl.LoggerFrom(ctx).V(1).Info("wrote the operations file back", "records", len(out))
+	ctrl.LoggerFrom(ctx).Info("wrote the operations file back", "records", len(out))
 	return nil
 }
 

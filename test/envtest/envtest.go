@@ -87,7 +87,8 @@ func Start() (*Environment, error) {
 	env := &ctrlenvtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDInstallOptions: ctrlenvtest.CRDInstallOptions{
-			Paths:              []string{filepath.Join(root, "config", "crd", "bases"), veleroCRDs},
+			Paths: []string{filepath.Join(root, "config", "crd", "bases"), veleroCRDs,
+				filepath.Join(filepath.Dir(veleroCRDs), "..", "v2alpha1", "bases")},
 			ErrorIfPathMissing: true,
 			Scheme:             scheme,
 		},
@@ -152,7 +153,8 @@ func Assets(root string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// VeleroCRDDir returns config/crd/v1/bases of the Velero module itemops is built with.
+// VeleroCRDDir returns config/crd/v1/bases of the Velero module itemops is
+// built with; config/crd/v2alpha1/bases (DataUpload, DataDownload) is beside it.
 func VeleroCRDDir(root string) (string, error) {
 	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/vmware-tanzu/velero")
 	cmd.Dir = root

@@ -1,0 +1,306 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package interop
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/plugins/sim"
+)
+
+// manageFlags disable the two Velero controllers whose job itemops does.
+var manageFlags = []string{"--disable-controllers=backup-operations,restore-operations"}
+
+// sourceNamespace creates a namespace of ConfigMaps that the sample data
+// mover acts on, one per annotation set.
+func sourceNamespace(t *testing.T, name string, items ...map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, annotations := range items {
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("data-%d", i), Namespace: name,
+				Labels: map[string]string{sim.LabelSelect: "yes"}, Annotations: annotations},
+			Data: map[string]string{"payload": strings.Repeat("x", 64)},
+		}
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func createBackup(t *testing.T, name, namespace string, timeout time.Duration) *velerov1api.Backup {
+	t.Helper()
+	b := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: envtest.VeleroNamespace},
+		Spec: velerov1api.BackupSpec{IncludedNamespaces: []string{namespace}, StorageLocation: location,
+			ItemOperationTimeout: metav1.Duration{Duration: timeout}},
+	}
+	if err := env.Client.Create(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func backupNow(g Gomega, b *velerov1api.Backup) *velerov1api.Backup {
+	got := &velerov1api.Backup{}
+	g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), got)).To(Succeed())
+	return got
+}
+
+func backupPhase(b *velerov1api.Backup) func(g Gomega) velerov1api.BackupPhase {
+	return func(g Gomega) velerov1api.BackupPhase { return backupNow(g, b).Status.Phase }
+}
+
+func operationsOf(g Gomega, uid string) []itemopsv1alpha1.ItemOperation {
+	list := &itemopsv1alpha1.ItemOperationList{}
+	g.Expect(env.Client.List(context.Background(), list, client.InNamespace(envtest.VeleroNamespace),
+		client.MatchingLabels{itemopsv1alpha1.LabelParentUID: uid})).To(Succeed())
+	return list.Items
+}
+
+// operationsFile reads a backup's operations file straight from the bucket's directory.
+func operationsFile(g Gomega, backup string) []itemoperation.BackupOperation {
+	f, err := os.Open(filepath.Join(bucketDir, "backups", backup, backup+"-itemoperations.json.gz"))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	g.Expect(err).NotTo(HaveOccurred())
+	var ops []itemoperation.BackupOperation
+	g.Expect(json.NewDecoder(gz).Decode(&ops)).To(Succeed())
+	return ops
+}
+
+func restoreOperationsFile(g Gomega, restore string) []itemoperation.RestoreOperation {
+	f, err := os.Open(filepath.Join(bucketDir, "restores", restore, "restore-"+restore+"-itemoperations.json.gz"))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	g.Expect(err).NotTo(HaveOccurred())
+	var ops []itemoperation.RestoreOperation
+	g.Expect(json.NewDecoder(gz).Decode(&ops)).To(Succeed())
+	return ops
+}
+
+func pluginState(g Gomega, id string) *sim.State {
+	store, err := sim.NewStore()
+	g.Expect(err).NotTo(HaveOccurred())
+	st, err := store.Load(id)
+	g.Expect(err).NotTo(HaveOccurred())
+	return st
+}
+
+// TestManagedBackupCompletesThroughVelerosFinalizer is scenario 1, and its
+// restore is scenario 3.
+func TestManagedBackupCompletesThroughVelerosFinalizer(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	startVelero(t, manageFlags...)
+	g.Expect(waitForLocation(ctx)).To(Succeed())
+	startItemops(t, "manage")
+
+	upload := map[string]string{sim.AnnotationSize: "3Mi", sim.AnnotationSpeed: "1Mi"}
+	sourceNamespace(t, "shop", upload, upload, upload)
+	b := createBackup(t, "shop-1", "shop", time.Hour)
+
+	g.Eventually(backupPhase(b), 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhaseCompleted))
+	final := backupNow(g, b)
+	g.Expect(final.Status.BackupItemOperationsAttempted).To(Equal(3))
+	g.Expect(final.Status.BackupItemOperationsCompleted).To(Equal(3))
+	g.Expect(final.Status.BackupItemOperationsFailed).To(BeZero())
+
+	ops := operationsOf(g, string(final.UID))
+	g.Expect(ops).To(HaveLen(3))
+	for _, op := range ops {
+		g.Expect(op.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseCompleted))
+		g.Expect(op.Spec.Resource.Namespace).To(Equal("shop"))
+	}
+	records := operationsFile(g, b.Name)
+	g.Expect(records).To(HaveLen(3))
+	for _, rec := range records {
+		g.Expect(rec.Status.Phase).To(Equal(itemoperation.OperationPhaseCompleted), "the file Velero's finalizer read")
+		g.Expect(rec.Status.NCompleted).To(Equal(int64(3 << 20)))
+		g.Expect(rec.Status.NTotal).To(Equal(int64(3 << 20)))
+		g.Expect(rec.Spec.BackupUID).To(Equal(string(final.UID)))
+	}
+
+	t.Run("restore through the sample RestoreItemAction v2", func(t *testing.T) {
+		g := NewWithT(t)
+		r := &velerov1api.Restore{
+			ObjectMeta: metav1.ObjectMeta{Name: "shop-1-restore", Namespace: envtest.VeleroNamespace},
+			Spec: velerov1api.RestoreSpec{BackupName: b.Name, NamespaceMapping: map[string]string{"shop": "shop-restored"},
+				ItemOperationTimeout: metav1.Duration{Duration: time.Hour}},
+		}
+		g.Expect(env.Client.Create(ctx, r)).To(Succeed())
+		g.Eventually(func(g Gomega) velerov1api.RestorePhase {
+			got := &velerov1api.Restore{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(r), got)).To(Succeed())
+			return got.Status.Phase
+		}, 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.RestorePhaseCompleted))
+		got := &velerov1api.Restore{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(r), got)).To(Succeed())
+		g.Expect(got.Status.RestoreItemOperationsAttempted).To(Equal(3))
+		g.Expect(got.Status.RestoreItemOperationsCompleted).To(Equal(3))
+		restoreOps := operationsOf(g, string(got.UID))
+		g.Expect(restoreOps).To(HaveLen(3))
+		for _, op := range restoreOps {
+			g.Expect(op.Spec.Plugin.Kind).To(Equal(itemopsv1alpha1.PluginKindRestoreItemAction))
+			g.Expect(op.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseCompleted))
+		}
+		for _, rec := range restoreOperationsFile(g, r.Name) {
+			g.Expect(rec.Status.Phase).To(Equal(itemoperation.OperationPhaseCompleted))
+		}
+		restored := &corev1.ConfigMapList{}
+		g.Expect(env.Client.List(ctx, restored, client.InNamespace("shop-restored"))).To(Succeed())
+		g.Expect(restored.Items).To(HaveLen(3))
+	})
+}
+
+// TestFailedAndTimedOutOperationsMakeTheBackupPartiallyFailed is scenario 2.
+func TestFailedAndTimedOutOperationsMakeTheBackupPartiallyFailed(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	startVelero(t, manageFlags...)
+	g.Expect(waitForLocation(ctx)).To(Succeed())
+	startItemops(t, "manage")
+
+	sourceNamespace(t, "mixed",
+		map[string]string{sim.AnnotationSize: "2Mi", sim.AnnotationSpeed: "1Mi"},
+		map[string]string{sim.AnnotationSize: "2Mi", sim.AnnotationSpeed: "1Mi", sim.AnnotationFailAt: "50"},
+		map[string]string{sim.AnnotationSize: "1Gi", sim.AnnotationSpeed: "1Mi"},
+	)
+	b := createBackup(t, "mixed-1", "mixed", 8*time.Second)
+	g.Eventually(backupPhase(b), 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
+	final := backupNow(g, b)
+	g.Expect(final.Status.BackupItemOperationsCompleted).To(Equal(1))
+	g.Expect(final.Status.BackupItemOperationsFailed).To(Equal(2))
+
+	byReason := map[string]itemopsv1alpha1.ItemOperation{}
+	for _, op := range operationsOf(g, string(final.UID)) {
+		g.Expect(op.Status.Phase).NotTo(Equal(itemopsv1alpha1.OperationPhaseInProgress))
+		reason := string(op.Status.Phase)
+		if c := findCondition(op, itemopsv1alpha1.ConditionCanceled); c != nil {
+			reason = c.Reason
+		}
+		byReason[reason] = op
+	}
+	g.Expect(byReason).To(HaveKey(string(itemopsv1alpha1.OperationPhaseCompleted)))
+	g.Expect(byReason).To(HaveKey(itemopsv1alpha1.ReasonTimedOut))
+	timedOut := byReason[itemopsv1alpha1.ReasonTimedOut]
+	g.Expect(pluginState(g, timedOut.Spec.OperationID).Cancels).To(Equal(1), "the plugin recorded the cancel")
+
+	records := operationsFile(g, b.Name)
+	phases := map[itemoperation.OperationPhase]int{}
+	for _, rec := range records {
+		phases[rec.Status.Phase]++
+		if rec.Spec.OperationID == timedOut.Spec.OperationID {
+			g.Expect(rec.Status.Error).To(ContainSubstring("timeout"))
+		}
+	}
+	g.Expect(phases).To(Equal(map[itemoperation.OperationPhase]int{itemoperation.OperationPhaseCompleted: 1, itemoperation.OperationPhaseFailed: 2}))
+}
+
+func findCondition(op itemopsv1alpha1.ItemOperation, kind string) *metav1.Condition {
+	for i := range op.Status.Conditions {
+		if op.Status.Conditions[i].Type == kind && op.Status.Conditions[i].Status == metav1.ConditionTrue {
+			return &op.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// TestObserveModeMirrorsWhileVeleroCompletesTheBackup is scenario 4.
+func TestObserveModeMirrorsWhileVeleroCompletesTheBackup(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	startVelero(t)
+	g.Expect(waitForLocation(ctx)).To(Succeed())
+	itemops := startItemops(t, "observe")
+
+	upload := map[string]string{sim.AnnotationSize: "3Mi", sim.AnnotationSpeed: "1Mi"}
+	sourceNamespace(t, "watched", upload, upload)
+	b := createBackup(t, "watched-1", "watched", time.Hour)
+	g.Eventually(func(g Gomega) []itemopsv1alpha1.ItemOperation { return operationsOf(g, string(backupNow(g, b).UID)) },
+		30*time.Second, 200*time.Millisecond).Should(HaveLen(2))
+	g.Eventually(backupPhase(b), 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhaseCompleted))
+	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase {
+		var phases []itemopsv1alpha1.OperationPhase
+		for _, op := range operationsOf(g, string(backupNow(g, b).UID)) {
+			phases = append(phases, op.Status.Phase)
+		}
+		return phases
+	}, 30*time.Second, 200*time.Millisecond).Should(HaveEach(itemopsv1alpha1.OperationPhaseCompleted))
+
+	// Nothing of Velero's was written by itemops: no field of the Backup is
+	// managed by it, and it never wrote an operations file.
+	for _, mf := range backupNow(g, b).ManagedFields {
+		g.Expect(mf.Manager).NotTo(HavePrefix("itemops"))
+	}
+	g.Expect(itemops.output.String()).NotTo(ContainSubstring("wrote the operations file"))
+	g.Expect(itemops.output.String()).To(ContainSubstring("ingested operations"))
+}
+
+// TestRestartedItemopsStillCompletesTheBackup is scenario 5.
+func TestRestartedItemopsStillCompletesTheBackup(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	startVelero(t, manageFlags...)
+	g.Expect(waitForLocation(ctx)).To(Succeed())
+	first := startItemops(t, "manage")
+
+	upload := map[string]string{sim.AnnotationSize: "6Mi", sim.AnnotationSpeed: "1Mi"}
+	sourceNamespace(t, "restarted", upload, upload, upload)
+	b := createBackup(t, "restarted-1", "restarted", time.Hour)
+	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase {
+		var phases []itemopsv1alpha1.OperationPhase
+		for _, op := range operationsOf(g, string(backupNow(g, b).UID)) {
+			phases = append(phases, op.Status.Phase)
+		}
+		return phases
+	}, 30*time.Second, 100*time.Millisecond).Should(And(HaveLen(3), HaveEach(itemopsv1alpha1.OperationPhaseInProgress)))
+	first.stop(syscall.SIGKILL)
+	startItemops(t, "manage")
+
+	g.Eventually(backupPhase(b), 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhaseCompleted))
+	ops := operationsOf(g, string(backupNow(g, b).UID))
+	g.Expect(ops).To(HaveLen(3), "no operation duplicated")
+	for _, op := range ops {
+		g.Expect(op.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseCompleted))
+		g.Expect(pluginState(g, op.Spec.OperationID).Cancels).To(BeZero())
+	}
+}
