@@ -35,6 +35,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -202,6 +203,23 @@ func setUp(work string) (stop func(), err error) {
 			Config: map[string]string{"region": "us-east-1", "s3ForcePathStyle": "true",
 				"s3Url": "http://" + s3Address},
 			Credential: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud-credentials"}, Key: "cloud"},
+		},
+	}); err != nil {
+		return stop, err
+	}
+	// Velero's restore reads its own Deployment (for the image of its
+	// restore helpers); outside a cluster one is created with no pods.
+	labels := map[string]string{"component": "velero"}
+	replicas := int32(0)
+	if err := env.Client.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "velero", Namespace: envtest.VeleroNamespace, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "velero", Image: "velero/velero:v1.18.3"}}},
+			},
 		},
 	}); err != nil {
 		return stop, err
