@@ -54,15 +54,21 @@ envtest: ## Build (once per machine) the kube-apiserver and etcd the tests run a
 	@hack/envtest-assets.sh
 
 .PHONY: test
-test: ## Check generated files, vet, and run the unit and envtest suites.
-	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws) are built
-	@# once per machine; build them while the checks run.
+test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suite included.
+	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws, velero,
+	@# versitygw) are built once per machine; build them while the checks run.
 	assets_out="$$(mktemp)"; trap 'rm -f "$$assets_out"' EXIT; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
+	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \
+	  hack/cached-binary.sh versitygw > /dev/null & s3=$$!; \
 	  hack/envtest-assets.sh > "$$assets_out" & assets=$$!; \
 	  $(MAKE) --no-print-directory verify vet; \
-	  wait $$aws; wait $$assets; \
+	  wait $$aws; wait $$velero; wait $$s3; wait $$assets; \
 	  KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" go test -race ./... -count=1
+
+.PHONY: test-e2e
+test-e2e: ## Run only the end-to-end suites: the itemops binary, and itemops beside the real velero server.
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test ./test/e2e/... ./test/interop/... -count=1 -v
 
 ##@ Build
 

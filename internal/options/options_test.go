@@ -56,7 +56,8 @@ func TestFlagsAreParsed(t *testing.T) {
 	o, err := parse("--mode=manage", "--velero-namespace=backup-system", "--plugin-dir=/opt/plugins",
 		"--sync-frequency=2s", "--max-concurrent-reconciles=32", "--plugin-call-timeout=5s",
 		"--progress-update-interval=1m", "--max-progress-failures=3", "--stall-after=30m",
-		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--leader-elect")
+		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--leader-elect",
+		"--credentials-dir=/run/itemops/credentials")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(o).To(Equal(Options{
 		Mode:                    ModeManage,
@@ -68,6 +69,7 @@ func TestFlagsAreParsed(t *testing.T) {
 		ProgressUpdateInterval:  time.Minute,
 		MaxProgressFailures:     3,
 		StallAfter:              30 * time.Minute,
+		CredentialsDir:          "/run/itemops/credentials",
 		MetricsBindAddress:      "0",
 		HealthProbeBindAddress:  "127.0.0.1:9440",
 		LeaderElect:             true,

@@ -29,7 +29,6 @@ import (
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -144,68 +143,4 @@ func TestObserveModeNeverWritesToTheBackup(t *testing.T) {
 		g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), got)).To(Succeed())
 		return got.ResourceVersion
 	}, 2*time.Second, 200*time.Millisecond).Should(Equal(before))
-}
-
-// TestManagerRestartMidFlightLosesNothing kills the manager without warning
-// while operations run, starts a new one, and checks that every operation
-// ends right, no Cancel is called, and the Backup's phase only moves forward.
-func TestManagerRestartMidFlightLosesNothing(t *testing.T) {
-	g := NewWithT(t)
-	pluginDir, err := buildPlugins()
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
-	ctx := context.Background()
-
-	w, err := env.WatchClient().Watch(ctx, &velerov1api.BackupList{}, client.InNamespace(envtest.VeleroNamespace))
-	g.Expect(err).NotTo(HaveOccurred())
-	defer w.Stop()
-	b, ids := waitingBackup(t, "restarted", []map[string]string{
-		{sim.AnnotationSize: "8Mi", sim.AnnotationSpeed: "1Mi"},
-		{sim.AnnotationSize: "10Mi", sim.AnnotationSpeed: "1Mi"},
-		{sim.AnnotationSize: "6Mi", sim.AnnotationSpeed: "1Mi", sim.AnnotationFailAt: "50"},
-	})
-	var phases []velerov1api.BackupPhase
-	var mu sync.Mutex
-	go func() {
-		for e := range w.ResultChan() {
-			if got, ok := e.Object.(*velerov1api.Backup); ok && got.Name == b.Name && e.Type != watch.Deleted {
-				mu.Lock()
-				if len(phases) == 0 || phases[len(phases)-1] != got.Status.Phase {
-					phases = append(phases, got.Status.Phase)
-				}
-				mu.Unlock()
-			}
-		}
-	}()
-
-	first := startManager(t, pluginDir, "--mode=manage")
-	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 10*time.Second, 50*time.Millisecond).
-		Should(ContainElement(itemopsv1alpha1.OperationPhaseInProgress), "manager output:\n%s", first.output.String())
-	first.stop(syscall.SIGKILL)
-
-	second := startManager(t, pluginDir, "--mode=manage")
-	g.Eventually(func(g Gomega) velerov1api.BackupPhase {
-		got := &velerov1api.Backup{}
-		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), got)).To(Succeed())
-		return got.Status.Phase
-	}, 30*time.Second, 100*time.Millisecond).Should(Equal(velerov1api.BackupPhaseFinalizingPartiallyFailed), "manager output:\n%s", second.output.String())
-	g.Expect(operationPhases(g, b)).To(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseCompleted,
-		itemopsv1alpha1.OperationPhaseFailed))
-
-	store, err := sim.NewStore()
-	g.Expect(err).NotTo(HaveOccurred())
-	for _, id := range ids {
-		st, err := store.Load(id)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(st.Cancels).To(BeZero(), "no operation may be cancelled by a restart")
-	}
-	g.Eventually(func() []velerov1api.BackupPhase {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]velerov1api.BackupPhase(nil), phases...)
-	}).Should(Equal([]velerov1api.BackupPhase{
-		velerov1api.BackupPhaseWaitingForPluginOperations,
-		velerov1api.BackupPhaseWaitingForPluginOperationsPartiallyFailed,
-		velerov1api.BackupPhaseFinalizingPartiallyFailed,
-	}), "the phase only moves forward")
 }

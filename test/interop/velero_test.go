@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,6 +32,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -283,6 +285,24 @@ func TestRestartedItemopsStillCompletesTheBackup(t *testing.T) {
 	g.Expect(waitForLocation(ctx)).To(Succeed())
 	first := startItemops(t, "manage")
 
+	// Every phase the Backup passes through, seen by a watch.
+	w, err := env.WatchClient().Watch(ctx, &velerov1api.BackupList{}, client.InNamespace(envtest.VeleroNamespace))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
+	var mu sync.Mutex
+	var phases []velerov1api.BackupPhase
+	go func() {
+		for e := range w.ResultChan() {
+			if got, ok := e.Object.(*velerov1api.Backup); ok && got.Name == "restarted-1" && e.Type != watch.Deleted {
+				mu.Lock()
+				if len(phases) == 0 || phases[len(phases)-1] != got.Status.Phase {
+					phases = append(phases, got.Status.Phase)
+				}
+				mu.Unlock()
+			}
+		}
+	}()
+
 	upload := map[string]string{sim.AnnotationSize: "6Mi", sim.AnnotationSpeed: "1Mi"}
 	sourceNamespace(t, "restarted", upload, upload, upload)
 	b := createBackup(t, "restarted-1", "restarted", time.Hour)
@@ -299,6 +319,22 @@ func TestRestartedItemopsStillCompletesTheBackup(t *testing.T) {
 	g.Eventually(backupPhase(b), 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhaseCompleted))
 	ops := operationsOf(g, string(backupNow(g, b).UID))
 	g.Expect(ops).To(HaveLen(3), "no operation duplicated")
+	order := map[velerov1api.BackupPhase]int{"": 0, velerov1api.BackupPhaseNew: 1, velerov1api.BackupPhaseQueued: 2,
+		velerov1api.BackupPhaseReadyToStart: 3, velerov1api.BackupPhaseInProgress: 4, velerov1api.BackupPhaseWaitingForPluginOperations: 5,
+		velerov1api.BackupPhaseFinalizing: 6, velerov1api.BackupPhaseCompleted: 7}
+	g.Eventually(func() velerov1api.BackupPhase {
+		mu.Lock()
+		defer mu.Unlock()
+		return phases[len(phases)-1]
+	}, 5*time.Second).Should(Equal(velerov1api.BackupPhaseCompleted))
+	mu.Lock()
+	seen := append([]velerov1api.BackupPhase(nil), phases...)
+	mu.Unlock()
+	g.Expect(seen).To(ContainElement(velerov1api.BackupPhaseFinalizing))
+	for i := 1; i < len(seen); i++ {
+		g.Expect(order).To(HaveKey(seen[i]), "unexpected phase in %v", seen)
+		g.Expect(order[seen[i]]).To(BeNumerically(">", order[seen[i-1]]), "the phase went back: %v", seen)
+	}
 	for _, op := range ops {
 		g.Expect(op.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseCompleted))
 		g.Expect(pluginState(g, op.Spec.OperationID).Cancels).To(BeZero())
