@@ -253,16 +253,24 @@ func (r *ItemOperationReconciler) parent(ctx context.Context, op *itemopsv1alpha
 	return state, nil
 }
 
-// deletionRequested reports whether an unprocessed DeleteBackupRequest names the backup.
+// deletionRequested reports whether a DeleteBackupRequest made since the
+// backup was created names it.
 func (r *ItemOperationReconciler) deletionRequested(ctx context.Context, backup *velerov1api.Backup) (bool, error) {
 	list := &velerov1api.DeleteBackupRequestList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(backup.Namespace)); err != nil {
 		return false, fmt.Errorf("listing DeleteBackupRequests: %w", err)
 	}
 	for _, dbr := range list.Items {
-		if dbr.Spec.BackupName == backup.Name && dbr.Status.Phase != velerov1api.DeleteBackupRequestPhaseProcessed {
-			return true, nil
+		if dbr.Spec.BackupName != backup.Name || dbr.CreationTimestamp.Before(&backup.CreationTimestamp) {
+			continue
 		}
+		if uid, ok := dbr.Labels[velerov1api.BackupUIDLabel]; ok && uid != string(backup.UID) {
+			continue
+		}
+		// A processed request for a backup that still exists is one Velero
+		// refused ("backup is still in progress"): the deletion was still
+		// asked for, and cancelling lets the backup end so it can be deleted.
+		return true, nil
 	}
 	return false, nil
 }

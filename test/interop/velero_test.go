@@ -31,6 +31,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -339,4 +340,52 @@ func TestRestartedItemopsStillCompletesTheBackup(t *testing.T) {
 		g.Expect(op.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseCompleted))
 		g.Expect(pluginState(g, op.Spec.OperationID).Cancels).To(BeZero())
 	}
+}
+
+// TestVelerosBackupDeletionCancelsUnfinishedOperationsFirst deletes a backup
+// the way `velero backup delete` does, while its uploads run.
+func TestVelerosBackupDeletionCancelsUnfinishedOperationsFirst(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	startVelero(t, manageFlags...)
+	g.Expect(waitForLocation(ctx)).To(Succeed())
+	startItemops(t, "manage")
+
+	slow := map[string]string{sim.AnnotationSize: "1Gi", sim.AnnotationSpeed: "1Mi"}
+	sourceNamespace(t, "deleted", slow, slow)
+	b := createBackup(t, "deleted-1", "deleted", time.Hour)
+	g.Eventually(backupPhase(b), 30*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhaseWaitingForPluginOperations))
+	uid := string(backupNow(g, b).UID)
+	g.Eventually(func(g Gomega) []itemopsv1alpha1.ItemOperation { return operationsOf(g, uid) }, 10*time.Second).Should(HaveLen(2))
+
+	g.Expect(env.Client.Create(ctx, &velerov1api.DeleteBackupRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "deleted-1-delete", Namespace: envtest.VeleroNamespace},
+		Spec:       velerov1api.DeleteBackupRequestSpec{BackupName: b.Name},
+	})).To(Succeed())
+	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase {
+		var phases []itemopsv1alpha1.OperationPhase
+		for _, op := range operationsOf(g, uid) {
+			phases = append(phases, op.Status.Phase)
+		}
+		return phases
+	}, 30*time.Second, 200*time.Millisecond).Should(And(HaveLen(2), HaveEach(itemopsv1alpha1.OperationPhaseCanceled)))
+	for _, op := range operationsOf(g, uid) {
+		st := pluginState(g, op.Spec.OperationID)
+		g.Expect(st.Cancels).To(Equal(1), "Cancel reached the plugin once")
+		g.Expect(st.Canceled).NotTo(BeNil())
+		g.Expect(*st.Canceled).To(BeTemporally("<", st.CompletesAt()), "the upload was stopped before it finished")
+		g.Expect(findCondition(op, itemopsv1alpha1.ConditionCanceled)).To(HaveField("Reason", itemopsv1alpha1.ReasonBackupDeletionRequested))
+	}
+	// Velero refuses to delete a backup still waiting for its operations;
+	// with them cancelled the backup ends, and deleting it again works.
+	g.Eventually(backupPhase(b), 30*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
+	g.Expect(env.Client.Create(ctx, &velerov1api.DeleteBackupRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "deleted-1-delete-again", Namespace: envtest.VeleroNamespace},
+		Spec:       velerov1api.DeleteBackupRequestSpec{BackupName: b.Name},
+	})).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(b), &velerov1api.Backup{}))
+	}, 60*time.Second, 200*time.Millisecond).Should(BeTrue(), "Velero deleted the backup")
+	_, err := os.Stat(filepath.Join(bucketDir, "backups", b.Name, b.Name+"-itemoperations.json.gz"))
+	g.Expect(os.IsNotExist(err)).To(BeTrue(), "Velero removed the backup's files")
 }
