@@ -350,7 +350,9 @@ func TestPluginCrashMidFlightRecovers(t *testing.T) {
 	backup := newBackup(t)
 	id := startUpload(t, map[string]string{sim.AnnotationSize: "2Mi", sim.AnnotationSpeed: "2Mi", sim.AnnotationCrashOnce: "true"})
 	op := newOperation(t, backup, "itemops.io/sample-datamover", id)
-	g.Eventually(phaseOf(op), 10*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCompleted))
+	// The restart waits out the process's restart backoff, longer when
+	// other suites' crashes came just before.
+	g.Eventually(phaseOf(op), 20*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCompleted))
 	g.Expect(pluginState(t, id).Crashed).To(BeTrue(), "the plugin process did crash during a poll")
 	g.Expect(get(g, op).Status.PollFailures).To(BeZero(), "the answer after the restart reset the failure count")
 }

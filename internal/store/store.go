@@ -230,7 +230,9 @@ func gzipJSON(records any) (io.Reader, error) {
 type singleObjectStore struct{ velero.ObjectStore }
 
 // GetObjectStore implements persistence.ObjectStoreGetter.
-func (s singleObjectStore) GetObjectStore(string) (velero.ObjectStore, error) { return s.ObjectStore, nil }
+func (s singleObjectStore) GetObjectStore(string) (velero.ObjectStore, error) {
+	return s.ObjectStore, nil
+}
 
 // credentialFiles writes the Secret key a location names into a file the
 // plugin can read, as Velero's credential file store does.

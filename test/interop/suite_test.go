@@ -197,8 +197,8 @@ func setUp(work string) (stop func(), err error) {
 	if err := env.Client.Create(ctx, &velerov1api.BackupStorageLocation{
 		ObjectMeta: metav1.ObjectMeta{Name: location, Namespace: envtest.VeleroNamespace},
 		Spec: velerov1api.BackupStorageLocationSpec{
-			Provider: "aws",
-			Default:  true,
+			Provider:    "aws",
+			Default:     true,
 			StorageType: velerov1api.StorageType{ObjectStorage: &velerov1api.ObjectStorageLocation{Bucket: bucket}},
 			Config: map[string]string{"region": "us-east-1", "s3ForcePathStyle": "true",
 				"s3Url": "http://" + s3Address},
