@@ -151,6 +151,9 @@ func (s *Store) CheckWritable(ctx context.Context, parent client.Object) error {
 	default:
 		return fmt.Errorf("%T has no backup storage location", parent)
 	}
+	if name == "" {
+		return nil
+	}
 	location := &velerov1api.BackupStorageLocation{}
 	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, location); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -178,8 +181,13 @@ func (s *Store) restoreLocation(ctx context.Context, restore *velerov1api.Restor
 }
 
 // withBackupStore opens Velero's BackupStore on the named location through
-// its ObjectStore plugin and calls fn with it.
+// its ObjectStore plugin and calls fn with it. A parent that names no
+// location was not made by Velero (Velero always sets one): it has no
+// operations file, so there is nothing to read or write.
 func (s *Store) withBackupStore(ctx context.Context, name string, write bool, fn func(persistence.BackupStore) error) error {
+	if name == "" {
+		return nil
+	}
 	location := &velerov1api.BackupStorageLocation{}
 	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, location); err != nil {
 		if apierrors.IsNotFound(err) {
