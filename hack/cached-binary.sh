@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Builds one Go command from the module proxy into a per-machine cache and
-# prints the binary's path. Progress goes to stderr. The end-to-end suite uses
-# it for the real `velero server` and the S3-compatible server.
+# prints the binary's path. Progress goes to stderr. The tests use it for
+# programs nobody here wrote: the real `velero server`, the S3-compatible
+# server and an unmodified third-party Velero plugin.
 #
-#   hack/cached-binary.sh velero      # Velero's cmd/velero (with Velero's kopia fork)
-#   hack/cached-binary.sh versitygw   # versitygw, an S3-compatible server
+#   hack/cached-binary.sh velero                 # Velero's cmd/velero (with Velero's kopia fork)
+#   hack/cached-binary.sh versitygw              # versitygw, an S3-compatible server
+#   hack/cached-binary.sh velero-plugin-for-aws  # the AWS ObjectStore/VolumeSnapshotter plugin
 #
-# ITEMOPS_<NAME>_BIN (e.g. ITEMOPS_VELERO_BIN), when set to an executable, wins.
+# ITEMOPS_VELERO_BIN, ITEMOPS_VERSITYGW_BIN and ITEMOPS_AWS_PLUGIN, when set
+# to an executable, win and nothing is built.
 set -euo pipefail
 
-name="${1:?usage: $0 velero|versitygw}"
+name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws}"
+cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/bin"
+override_var="ITEMOPS_$(tr '[:lower:]' '[:upper:]' <<<"${name}")_BIN"
 case "${name}" in
   velero)
     version="${VELERO_VERSION:-1.18.3}"
@@ -29,13 +34,21 @@ case "${name}" in
     replaces=()
     ldflags=""
     ;;
+  velero-plugin-for-aws)
+    version="${VELERO_PLUGIN_FOR_AWS_VERSION:-1.14.3}"
+    module="github.com/vmware-tanzu/velero-plugin-for-aws"
+    pkg="github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws"
+    replaces=()
+    ldflags=""
+    override_var=ITEMOPS_AWS_PLUGIN
+    cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/plugins"
+    ;;
   *)
-    echo "unknown binary ${name}; known: velero, versitygw" >&2
+    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws" >&2
     exit 2
     ;;
 esac
 
-override_var="ITEMOPS_$(tr '[:lower:]' '[:upper:]' <<<"${name}")_BIN"
 if [[ -n "${!override_var:-}" ]]; then
   if [[ -x "${!override_var}" ]]; then
     echo "${!override_var}"
@@ -45,7 +58,6 @@ if [[ -n "${!override_var:-}" ]]; then
   exit 1
 fi
 
-cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/bin"
 dest="${cache_root}/${name}-v${version}/${name}"
 if [[ -x "${dest}" ]]; then
   echo "${dest}"
