@@ -109,6 +109,7 @@ func main() {
 
 	if err := (&controllers.ItemOperationReconciler{
 		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
 		Recorder:                mgr.GetEventRecorderFor("itemops"),
 		Clock:                   clock.RealClock{},

@@ -54,10 +54,13 @@ const DefaultOperationTimeout = 4 * time.Hour
 // writes, and cancels the operation on timeout, request, or when its parent
 // goes away or fails.
 type ItemOperationReconciler struct {
-	Client   client.Client
-	Plugins  plugin.Client
-	Recorder record.EventRecorder
-	Clock    clock.Clock
+	Client client.Client
+	// APIReader reads around the cache, to make sure an operation is not
+	// cancelled twice on a stale copy; Client when nil.
+	APIReader client.Reader
+	Plugins   plugin.Client
+	Recorder  record.EventRecorder
+	Clock     clock.Clock
 
 	// SyncFrequency is the time between two polls of an operation in progress.
 	SyncFrequency time.Duration
@@ -168,14 +171,18 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	r.initialize(op, now)
 
 	if reason, message := cancelReason(op, parent); reason != "" {
-		r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now)
+		if err := r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now); err != nil {
+			return staleOr(err)
+		}
 		return ctrl.Result{}, r.writeStatus(ctx, original, op, now)
 	}
 	deadline := op.Status.Created.Add(r.timeout(op, parent))
 	if !now.Before(deadline) {
-		r.cancel(ctx, op, parent, itemopsv1alpha1.ReasonTimedOut,
+		if err := r.cancel(ctx, op, parent, itemopsv1alpha1.ReasonTimedOut,
 			fmt.Sprintf("the operation did not finish within its timeout of %s", r.timeout(op, parent)),
-			itemopsv1alpha1.OperationPhaseFailed, now)
+			itemopsv1alpha1.OperationPhaseFailed, now); err != nil {
+			return staleOr(err)
+		}
 		return ctrl.Result{}, r.writeStatus(ctx, original, op, now)
 	}
 
@@ -328,7 +335,12 @@ func (r *ItemOperationReconciler) reconcileDelete(ctx context.Context, op *itemo
 		if parent.gone {
 			reason, message = cancelReason(op, parent)
 		}
-		r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now)
+		if err := r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now); err != nil {
+			if errors.Is(err, errStale) {
+				return err // the workqueue retries on a fresh copy
+			}
+			return client.IgnoreNotFound(err)
+		}
 		if err := r.writeStatus(ctx, original, op, now); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
@@ -348,10 +360,37 @@ func (r *ItemOperationReconciler) removeFinalizer(ctx context.Context, op *itemo
 	return nil
 }
 
+// errStale: the cached copy of an operation is older than the API server's,
+// so acting on it could repeat what a previous reconcile already did.
+var errStale = errors.New("the cached ItemOperation is out of date")
+
+// staleOr turns errStale into an immediate retry, on a copy the cache will
+// have caught up with; other errors go to the workqueue's backoff.
+func staleOr(err error) (ctrl.Result, error) {
+	if errors.Is(err, errStale) {
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	return ctrl.Result{}, err
+}
+
 // cancel calls the plugin's Cancel once per operation, records the answer in
 // the Canceled condition and an Event, and ends the operation in phase.
+// Cancel has an effect outside the API server, so it is only called on a copy
+// that is the API server's latest: a reconcile woken by several events at
+// once must not cancel again on a stale cache.
 func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState,
-	reason, why string, phase itemopsv1alpha1.OperationPhase, now time.Time) {
+	reason, why string, phase itemopsv1alpha1.OperationPhase, now time.Time) error {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	live := &itemopsv1alpha1.ItemOperation{}
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(op), live); err != nil {
+		return fmt.Errorf("reading the operation before cancelling it: %w", err)
+	}
+	if live.ResourceVersion != op.ResourceVersion {
+		return errStale
+	}
 	answer := "the plugin accepted the cancel request"
 	if err := r.Plugins.Cancel(ctx, pluginOperation(op, parent)); err != nil {
 		answer = "the plugin could not cancel it: " + err.Error()
@@ -362,6 +401,7 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 	setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, reason, message, now)
 	op.Status.Error = why
 	r.finish(op, phase, now)
+	return nil
 }
 
 // errMessage is the plugin's own words for a failure, without the call's prefix.

@@ -215,6 +215,29 @@ func TestSpecCancelCancels(t *testing.T) {
 	g.Consistently(func() int { return pluginState(t, id).Cancels }, time.Second, 100*time.Millisecond).Should(Equal(1))
 }
 
+// Many events at once wake the operation while it is cancelled; reconciles
+// on a cache that has not seen the cancel yet must not cancel it again.
+func TestCancelOnceUnderABurstOfEvents(t *testing.T) {
+	g := NewWithT(t)
+	for range 10 {
+		backup := newBackup(t)
+		id := startUpload(t, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
+		op := newOperation(t, backup, "itemops.io/sample-datamover", id)
+		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
+		patch := client.MergeFrom(op.DeepCopy())
+		op.Spec.Cancel = true
+		g.Expect(env.Client.Patch(context.Background(), op, patch)).To(Succeed())
+		for i := range 20 {
+			b := backup.DeepCopy()
+			p := client.MergeFrom(b.DeepCopy())
+			b.Labels = map[string]string{"burst": fmt.Sprint(i)}
+			g.Expect(env.Client.Patch(context.Background(), b, p)).To(Succeed())
+		}
+		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCanceled))
+		g.Consistently(func() int { return pluginState(t, id).Cancels }, 500*time.Millisecond, 50*time.Millisecond).Should(Equal(1))
+	}
+}
+
 func TestParentDeletionCancelsUnfinishedOperations(t *testing.T) {
 	g := NewWithT(t)
 	backup := newBackup(t)

@@ -99,6 +99,7 @@ func run(m *testing.M) int {
 	}
 	if err := (&ItemOperationReconciler{
 		Client:                  mgr.GetClient(),
+		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
 		Recorder:                mgr.GetEventRecorderFor("itemops"),
 		Clock:                   clock.RealClock{},

@@ -140,12 +140,15 @@ func (s *objectStore) PutObject(bucket, key string, body io.Reader) error {
 		return classify("PutObject", s.name, "", err)
 	}
 	chunk := make([]byte, objectStoreChunk)
+	sent := false
 	for {
 		n, readErr := body.Read(chunk)
-		if n > 0 {
+		// An empty object still needs one message: it names the bucket and key.
+		if n > 0 || (!sent && errors.Is(readErr, io.EOF)) {
 			if err := stream.Send(&proto.PutObjectRequest{Plugin: s.name, Bucket: bucket, Key: key, Body: chunk[:n]}); err != nil {
 				return classify("PutObject", s.name, "", err)
 			}
+			sent = true
 		}
 		if errors.Is(readErr, io.EOF) {
 			break

@@ -25,7 +25,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,13 +43,12 @@ import (
 
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/s3"
 )
 
 const (
-	bucket    = "velero"
-	accessKey = "itemops-test-access"
-	secretKey = "itemops-test-secret-do-not-log"
-	location  = "default"
+	bucket   = "velero"
+	location = "default"
 )
 
 var (
@@ -116,9 +114,8 @@ func setUp(work string) (stop func(), err error) {
 	binaries := map[string]*built{}
 	var wg sync.WaitGroup
 	for name, script := range map[string][]string{
-		"velero":    {filepath.Join(root, "hack", "cached-binary.sh"), "velero"},
-		"versitygw": {filepath.Join(root, "hack", "cached-binary.sh"), "versitygw"},
-		"aws":       {filepath.Join(root, "hack", "velero-plugin-for-aws.sh")},
+		"velero": {filepath.Join(root, "hack", "cached-binary.sh"), "velero"},
+		"aws":    {filepath.Join(root, "hack", "cached-binary.sh"), "velero-plugin-for-aws"},
 	} {
 		b := &built{}
 		binaries[name] = b
@@ -158,24 +155,13 @@ func setUp(work string) (stop func(), err error) {
 	}
 
 	// versitygw serves a posix directory; the bucket is a directory in it.
-	s3Root := filepath.Join(work, "s3")
-	bucketDir = filepath.Join(s3Root, bucket)
-	if err := os.MkdirAll(bucketDir, 0o755); err != nil {
-		return stop, err
-	}
-	s3Address, err := freeAddress()
+	server, err := s3.Start(root, work)
 	if err != nil {
 		return stop, err
 	}
-	s3 := exec.Command(binaries["versitygw"].path, "--port", s3Address, "--access", accessKey, "--secret", secretKey, "posix", s3Root)
-	s3.Stdout, s3.Stderr = os.Stderr, os.Stderr
-	s3.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s3.Start(); err != nil {
-		return stop, fmt.Errorf("starting versitygw: %w", err)
-	}
-	stops = append(stops, func() { _ = s3.Process.Kill(); _ = s3.Wait() })
-	if err := waitForPort(s3Address, 30*time.Second); err != nil {
-		return stop, fmt.Errorf("versitygw: %w", err)
+	stops = append(stops, server.Stop)
+	if bucketDir, err = server.Bucket(bucket); err != nil {
+		return stop, err
 	}
 
 	config, err := env.Kubeconfig()
@@ -187,24 +173,15 @@ func setUp(work string) (stop func(), err error) {
 		return stop, err
 	}
 	ctx := context.Background()
-	credentials := fmt.Sprintf("[default]\naws_access_key_id=%s\naws_secret_access_key=%s\n", accessKey, secretKey)
 	if err := env.Client.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "cloud-credentials", Namespace: envtest.VeleroNamespace},
-		Data:       map[string][]byte{"cloud": []byte(credentials)},
+		Data:       map[string][]byte{"cloud": s3.Credentials()},
 	}); err != nil {
 		return stop, err
 	}
-	if err := env.Client.Create(ctx, &velerov1api.BackupStorageLocation{
-		ObjectMeta: metav1.ObjectMeta{Name: location, Namespace: envtest.VeleroNamespace},
-		Spec: velerov1api.BackupStorageLocationSpec{
-			Provider:    "aws",
-			Default:     true,
-			StorageType: velerov1api.StorageType{ObjectStorage: &velerov1api.ObjectStorageLocation{Bucket: bucket}},
-			Config: map[string]string{"region": "us-east-1", "s3ForcePathStyle": "true",
-				"s3Url": "http://" + s3Address},
-			Credential: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "cloud-credentials"}, Key: "cloud"},
-		},
-	}); err != nil {
+	bsl := server.Location(envtest.VeleroNamespace, location, bucket, "cloud-credentials", "cloud")
+	bsl.Spec.Default = true
+	if err := env.Client.Create(ctx, bsl); err != nil {
 		return stop, err
 	}
 	// Velero's restore reads its own Deployment (for the image of its
@@ -225,29 +202,6 @@ func setUp(work string) (stop func(), err error) {
 		return stop, err
 	}
 	return stop, nil
-}
-
-func freeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-func waitForPort(address string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		conn, err := net.DialTimeout("tcp", address, time.Second)
-		if err == nil {
-			return conn.Close()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("nothing listens on %s after %s: %w", address, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // syncBuffer collects a process's output.
@@ -320,11 +274,11 @@ func tail(s string, lines int) string {
 // startVelero runs the real Velero server against the suite's API server.
 func startVelero(t *testing.T, extra ...string) *process {
 	t.Helper()
-	metrics, err := freeAddress()
+	metrics, err := s3.FreeAddress()
 	if err != nil {
 		t.Fatal(err)
 	}
-	profiler, err := freeAddress()
+	profiler, err := s3.FreeAddress()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +291,7 @@ func startVelero(t *testing.T, extra ...string) *process {
 // startItemops runs the itemops binary in mode.
 func startItemops(t *testing.T, mode string, extra ...string) *process {
 	t.Helper()
-	probes, err := freeAddress()
+	probes, err := s3.FreeAddress()
 	if err != nil {
 		t.Fatal(err)
 	}

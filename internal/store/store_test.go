@@ -1,0 +1,416 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package store_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+
+	"github.com/itemops/itemops/internal/plugin"
+	"github.com/itemops/itemops/internal/store"
+	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/s3"
+)
+
+// The suite's locations: two buckets of one server, one location whose
+// server is gone, and one that is read-only.
+const (
+	secretName = "cloud-credentials"
+	secretKey  = "cloud"
+)
+
+var (
+	env     *envtest.Environment
+	server  *s3.Server
+	plugins *plugin.Manager
+	seq     int
+	seqMu   sync.Mutex
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	env, err = envtest.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	work, err := os.MkdirTemp("", "itemops-store-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(work) }()
+	if server, err = s3.Start(env.RepoRoot, work); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer server.Stop()
+
+	cmd := filepath.Join(env.RepoRoot, "hack", "cached-binary.sh")
+	out, err := execOutput(cmd, "velero-plugin-for-aws")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	pluginDir := filepath.Join(work, "plugins")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := os.Symlink(out, filepath.Join(pluginDir, "velero-plugin-for-aws")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	plugins = plugin.NewManager(plugin.Options{Dir: pluginDir, CallTimeout: 5 * time.Second})
+	plugins.Discover(context.Background())
+	defer plugins.Close()
+	if err := env.Client.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: envtest.VeleroNamespace},
+		Data:       map[string][]byte{secretKey: s3.Credentials()},
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+func execOutput(name string, args ...string) (string, error) {
+	var stdout bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(stdout.String()), nil
+}
+
+func next() int {
+	seqMu.Lock()
+	defer seqMu.Unlock()
+	seq++
+	return seq
+}
+
+func newStore(t *testing.T) *store.Store {
+	return &store.Store{Client: env.Client, Secrets: env.Client, Plugins: plugins,
+		Namespace: envtest.VeleroNamespace, CredentialsDir: t.TempDir()}
+}
+
+// location creates a bucket and a BSL on it.
+func location(t *testing.T, mutate ...func(*velerov1api.BackupStorageLocation)) *velerov1api.BackupStorageLocation {
+	t.Helper()
+	name := fmt.Sprintf("bucket-%d", next())
+	if _, err := server.Bucket(name); err != nil {
+		t.Fatal(err)
+	}
+	bsl := server.Location(envtest.VeleroNamespace, name, name, secretName, secretKey)
+	for _, m := range mutate {
+		m(bsl)
+	}
+	if err := env.Client.Create(context.Background(), bsl); err != nil {
+		t.Fatal(err)
+	}
+	return bsl
+}
+
+func backupIn(bsl string) *velerov1api.Backup {
+	n := next()
+	return &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("backup-%d", n), Namespace: envtest.VeleroNamespace, UID: types.UID(fmt.Sprintf("uid-%d", n))},
+		Spec:       velerov1api.BackupSpec{StorageLocation: bsl},
+	}
+}
+
+func records(b *velerov1api.Backup, n int) []*itemoperation.BackupOperation {
+	created := metav1.NewTime(time.Now().Truncate(time.Second))
+	var out []*itemoperation.BackupOperation
+	for i := range n {
+		out = append(out, &itemoperation.BackupOperation{
+			Spec: itemoperation.BackupOperationSpec{BackupName: b.Name, BackupUID: string(b.UID), BackupItemAction: "velero.io/csi-pvc-backupper",
+				ResourceIdentifier: velero.ResourceIdentifier{GroupResource: schema.GroupResource{Resource: "persistentvolumeclaims"}, Namespace: "shop", Name: fmt.Sprintf("pvc-%d", i)},
+				OperationID:        fmt.Sprintf("op-%d", i)},
+			Status: itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseCompleted, NCompleted: 10, NTotal: 10, OperationUnits: "bytes", Created: &created},
+		})
+	}
+	return out
+}
+
+// putRaw writes an object straight into the bucket through the plugin.
+func putRaw(t *testing.T, bsl *velerov1api.BackupStorageLocation, key string, body []byte) {
+	t.Helper()
+	config := map[string]string{"bucket": bsl.Spec.ObjectStorage.Bucket, "prefix": ""}
+	for k, v := range bsl.Spec.Config {
+		config[k] = v
+	}
+	credentials := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(credentials, s3.Credentials(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config["credentialsFile"] = credentials
+	err := plugins.WithObjectStore(context.Background(), "aws", func(os velero.ObjectStore) error {
+		if err := os.Init(config); err != nil {
+			return err
+		}
+		return os.PutObject(bsl.Spec.ObjectStorage.Bucket, key, bytes.NewReader(body))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func gzipped(data []byte) []byte {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	_, _ = gz.Write(data)
+	_ = gz.Close()
+	return buf.Bytes()
+}
+
+func TestBackupOperationsRoundTripInVelerosLayout(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	s := newStore(t)
+	bsl := location(t)
+	b := backupIn(bsl.Name)
+	want := records(b, 3)
+	g.Expect(s.PutBackupOperations(ctx, b, want)).To(Succeed())
+
+	// Where Velero keeps it, as Velero encodes it.
+	raw, err := os.ReadFile(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "backups", b.Name, b.Name+"-itemoperations.json.gz"))
+	g.Expect(err).NotTo(HaveOccurred())
+	gz, err := gzip.NewReader(bytes.NewReader(raw))
+	g.Expect(err).NotTo(HaveOccurred())
+	var buf bytes.Buffer
+	_, err = buf.ReadFrom(gz)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(buf.String()).To(ContainSubstring(`"backupItemAction":"velero.io/csi-pvc-backupper"`))
+
+	got, err := s.BackupOperations(ctx, b)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(HaveLen(3))
+	for i := range got {
+		g.Expect(got[i].Spec).To(Equal(want[i].Spec))
+		g.Expect(got[i].Status.Phase).To(Equal(want[i].Status.Phase))
+		g.Expect(got[i].Status.Created.Time).To(BeTemporally("==", want[i].Status.Created.Time))
+	}
+}
+
+func TestNoFileMeansNoOperations(t *testing.T) {
+	g := NewWithT(t)
+	got, err := newStore(t).BackupOperations(context.Background(), backupIn(location(t).Name))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(BeEmpty())
+}
+
+func TestRestoreOperationsLiveInTheBackupsLocation(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	s := newStore(t)
+	bsl := location(t)
+	b := backupIn(bsl.Name)
+	b.UID = ""
+	g.Expect(env.Client.Create(ctx, b)).To(Succeed())
+	r := &velerov1api.Restore{ObjectMeta: metav1.ObjectMeta{Name: b.Name + "-restore", Namespace: envtest.VeleroNamespace, UID: "r-uid"},
+		Spec: velerov1api.RestoreSpec{BackupName: b.Name}}
+	want := []*itemoperation.RestoreOperation{{Spec: itemoperation.RestoreOperationSpec{RestoreName: r.Name, RestoreUID: "r-uid",
+		RestoreItemAction: "velero.io/sample", OperationID: "dl-1"}, Status: itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseNew}}}
+	g.Expect(s.PutRestoreOperations(ctx, r, want)).To(Succeed())
+	_, err := os.Stat(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "restores", r.Name, "restore-"+r.Name+"-itemoperations.json.gz"))
+	g.Expect(err).NotTo(HaveOccurred())
+	got, err := s.RestoreOperations(ctx, r)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(HaveLen(1))
+	g.Expect(got[0].Spec).To(Equal(want[0].Spec))
+
+	_, err = s.RestoreOperations(ctx, &velerov1api.Restore{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}, Spec: velerov1api.RestoreSpec{BackupName: "gone"}})
+	g.Expect(err).To(MatchError(store.ErrNoLocation))
+}
+
+func TestMalformedFilesAreToldApartFromUnreachableStorage(t *testing.T) {
+	valid := gzipped([]byte(`[{"spec":{"operationID":"a"},"status":{"phase":"New"}}]`))
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{
+		{"not gzip", []byte("this is not gzip")},
+		{"gzip of something that is not JSON", gzipped([]byte("not json"))},
+		{"gzip of JSON that is not a list of records", gzipped([]byte(`{"spec":1}`))},
+		{"truncated", valid[:len(valid)/2]},
+		{"empty", nil},
+		{"gzip of nothing", gzipped(nil)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			bsl := location(t)
+			b := backupIn(bsl.Name)
+			putRaw(t, bsl, "backups/"+b.Name+"/"+b.Name+"-itemoperations.json.gz", tc.body)
+			_, err := newStore(t).BackupOperations(context.Background(), b)
+			g.Expect(err).To(MatchError(store.ErrMalformed))
+			g.Expect(err.Error()).To(ContainSubstring(b.Name))
+		})
+	}
+}
+
+func TestLocationProblems(t *testing.T) {
+	ctx := context.Background()
+	dead, err := s3.FreeAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*velerov1api.BackupStorageLocation)
+		check  func(g Gomega, err error)
+	}{
+		{"the Secret is missing", func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Name = "no-such-secret" },
+			func(g Gomega, err error) {
+				g.Expect(err).To(MatchError(ContainSubstring("Secret velero/no-such-secret")))
+				g.Expect(errors.Is(err, store.ErrMalformed) || errors.Is(err, store.ErrNoLocation)).To(BeFalse(), "worth retrying")
+			}},
+		{"the Secret has no such key", func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Key = "other" },
+			func(g Gomega, err error) { g.Expect(err).To(MatchError(ContainSubstring(`has no key "other"`))) }},
+		{"the object store is down", func(l *velerov1api.BackupStorageLocation) { l.Spec.Config["s3Url"] = "http://" + dead },
+			func(g Gomega, err error) {
+				g.Expect(err).To(HaveOccurred())
+				g.Expect(errors.Is(err, store.ErrMalformed)).To(BeFalse(), "an outage is not a bad file")
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			bsl := location(t, tc.mutate)
+			start := time.Now()
+			_, err := newStore(t).BackupOperations(ctx, backupIn(bsl.Name))
+			tc.check(g, err)
+			g.Expect(err.Error()).NotTo(ContainSubstring(s3.SecretKey), "no secret in errors")
+			g.Expect(time.Since(start)).To(BeNumerically("<", 30*time.Second), "bounded by the call deadline")
+		})
+	}
+	t.Run("the location does not exist", func(t *testing.T) {
+		_, err := newStore(t).BackupOperations(ctx, backupIn("no-such-location"))
+		NewWithT(t).Expect(err).To(MatchError(store.ErrNoLocation))
+	})
+}
+
+func TestReadOnlyLocationRefusesWrites(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	s := newStore(t)
+	bsl := location(t, func(l *velerov1api.BackupStorageLocation) {
+		l.Spec.AccessMode = velerov1api.BackupStorageLocationAccessModeReadOnly
+	})
+	b := backupIn(bsl.Name)
+	g.Expect(s.CheckWritable(ctx, b)).To(MatchError(store.ErrReadOnly))
+	g.Expect(s.PutBackupOperations(ctx, b, records(b, 1))).To(MatchError(store.ErrReadOnly))
+	_, err := os.Stat(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "backups"))
+	g.Expect(os.IsNotExist(err)).To(BeTrue(), "nothing was written")
+	got, err := s.BackupOperations(ctx, b)
+	g.Expect(err).NotTo(HaveOccurred(), "reading a read-only location works")
+	g.Expect(got).To(BeEmpty())
+	g.Expect(s.CheckWritable(ctx, backupIn(location(t).Name))).To(Succeed())
+}
+
+// A plugin process holds one configured store per name: sessions of
+// locations with different credentials must not borrow each other's.
+func TestLocationsUsedAtOnceNeverMix(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	s := newStore(t)
+	g.Expect(env.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "wrong-credentials", Namespace: envtest.VeleroNamespace},
+		Data:       map[string][]byte{secretKey: []byte("[default]\naws_access_key_id=nobody\naws_secret_access_key=wrong\n")},
+	})).To(Succeed())
+	good := []*velerov1api.BackupStorageLocation{location(t), location(t)}
+	bad := location(t, func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Name = "wrong-credentials" })
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for i := range 20 {
+		for j, bsl := range append(good, bad) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				b := backupIn(bsl.Name)
+				b.Name = fmt.Sprintf("same-name-%d", i)
+				ops := records(b, j+1)
+				err := s.PutBackupOperations(ctx, b, ops)
+				switch {
+				case bsl == bad && err == nil:
+					errs <- fmt.Errorf("a write with wrong credentials succeeded (iteration %d)", i)
+				case bsl != bad && err != nil:
+					errs <- fmt.Errorf("location %s: %w", bsl.Name, err)
+				case bsl != bad:
+					got, err := s.BackupOperations(ctx, b)
+					if err != nil {
+						errs <- err
+					} else if len(got) != j+1 {
+						errs <- fmt.Errorf("location %s: %d records, want %d", bsl.Name, len(got), j+1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	for j, bsl := range good {
+		entries, err := os.ReadDir(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "backups"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(entries).To(HaveLen(20), "location %d holds its own files only", j)
+	}
+	_, err := os.Stat(filepath.Join(server.Root, bad.Spec.ObjectStorage.Bucket, "backups"))
+	g.Expect(os.IsNotExist(err)).To(BeTrue(), "nothing was written with wrong credentials")
+}
+
+func TestCredentialFilesArePrivate(t *testing.T) {
+	g := NewWithT(t)
+	s := newStore(t)
+	_, err := s.BackupOperations(context.Background(), backupIn(location(t).Name))
+	g.Expect(err).NotTo(HaveOccurred())
+	path := filepath.Join(s.CredentialsDir, envtest.VeleroNamespace, secretName+"-"+secretKey)
+	info, err := os.Stat(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)))
+	content, err := os.ReadFile(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(content).To(Equal(s3.Credentials()))
+}

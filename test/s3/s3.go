@@ -1,0 +1,140 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package s3 runs versitygw, an S3-compatible server written in Go, on
+// 127.0.0.1 over a posix directory, for the suites that store Velero's files
+// through velero-plugin-for-aws. The binary is built once per machine by
+// hack/cached-binary.sh.
+package s3
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+)
+
+// The root user of every server started here.
+const (
+	AccessKey = "itemops-test-access"
+	SecretKey = "itemops-test-secret-do-not-log"
+)
+
+// Server is a running versitygw.
+type Server struct {
+	// Address is host:port of the S3 endpoint.
+	Address string
+	// Root is the directory the buckets are directories of.
+	Root string
+	cmd  *exec.Cmd
+}
+
+// Start builds (once per machine) and runs versitygw over a new directory
+// under dir. repoRoot is the itemops checkout.
+func Start(repoRoot, dir string) (*Server, error) {
+	build := exec.Command(filepath.Join(repoRoot, "hack", "cached-binary.sh"), "versitygw")
+	build.Stderr = os.Stderr
+	out, err := build.Output()
+	if err != nil {
+		return nil, fmt.Errorf("building versitygw: %w", err)
+	}
+	root := filepath.Join(dir, "s3")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	address, err := FreeAddress()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(strings.TrimSpace(string(out)), "--port", address, "--access", AccessKey, "--secret", SecretKey, "posix", root)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting versitygw: %w", err)
+	}
+	s := &Server{Address: address, Root: root, cmd: cmd}
+	if err := waitForPort(address, 30*time.Second); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("versitygw: %w", err)
+	}
+	return s, nil
+}
+
+// Stop ends the server.
+func (s *Server) Stop() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+// Bucket creates a bucket and returns its directory.
+func (s *Server) Bucket(name string) (string, error) {
+	dir := filepath.Join(s.Root, name)
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// Credentials is the root user in the AWS shared credentials file format,
+// as the Secret of a BackupStorageLocation holds it.
+func Credentials() []byte {
+	return fmt.Appendf(nil, "[default]\naws_access_key_id=%s\naws_secret_access_key=%s\n", AccessKey, SecretKey)
+}
+
+// Location is a BackupStorageLocation of provider aws on bucket of this
+// server, whose credentials are key of the Secret secret.
+func (s *Server) Location(namespace, name, bucket, secret, key string) *velerov1api.BackupStorageLocation {
+	return &velerov1api.BackupStorageLocation{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: velerov1api.BackupStorageLocationSpec{
+			Provider:    "aws",
+			StorageType: velerov1api.StorageType{ObjectStorage: &velerov1api.ObjectStorageLocation{Bucket: bucket}},
+			// versitygw accepts only its own region.
+			Config: map[string]string{"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": "http://" + s.Address},
+			Credential: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key},
+		},
+	}
+}
+
+// FreeAddress returns a 127.0.0.1 address nothing listens on.
+func FreeAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func waitForPort(address string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		conn, err := net.DialTimeout("tcp", address, time.Second)
+		if err == nil {
+			return conn.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nothing listens on %s after %s: %w", address, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
