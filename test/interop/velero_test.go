@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -388,4 +389,36 @@ func TestVelerosBackupDeletionCancelsUnfinishedOperationsFirst(t *testing.T) {
 	}, 60*time.Second, 200*time.Millisecond).Should(BeTrue(), "Velero deleted the backup")
 	_, err := os.Stat(filepath.Join(bucketDir, "backups", b.Name, b.Name+"-itemoperations.json.gz"))
 	g.Expect(os.IsNotExist(err)).To(BeTrue(), "Velero removed the backup's files")
+}
+
+// TestDescribeDetailsShowsLiveProgress runs `velero backup describe
+// --details` while an upload runs: the DownloadRequest it makes has itemops
+// write the operations file back, so the CLI shows the progress itemops sees
+// rather than what Velero recorded when the upload started.
+func TestDescribeDetailsShowsLiveProgress(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	startVelero(t, manageFlags...)
+	g.Expect(waitForLocation(ctx)).To(Succeed())
+	startItemops(t, "manage")
+
+	sourceNamespace(t, "described", map[string]string{sim.AnnotationSize: "40Mi", sim.AnnotationSpeed: "1Mi"})
+	b := createBackup(t, "described-1", "described", time.Hour)
+	g.Eventually(backupPhase(b), 30*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhaseWaitingForPluginOperations))
+	// Velero polls once right after Execute and records that: a few KiB.
+	g.Expect(operationsFile(g, b.Name)).To(ConsistOf(HaveField("Status.NCompleted", BeNumerically("<", 1<<20))))
+
+	describe := func(g Gomega) string {
+		out, err := exec.Command(veleroBinary, "backup", "describe", b.Name, "--details",
+			"--kubeconfig", kubeconfig, "--namespace", envtest.VeleroNamespace).CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), string(out))
+		return string(out)
+	}
+	g.Eventually(describe, 30*time.Second, 500*time.Millisecond).Should(And(
+		MatchRegexp(`Backup Item Action Plugin:\s+itemops.io/sample-datamover`),
+		MatchRegexp(`Phase:\s+InProgress`),
+		// At least 2 MiB: only itemops' later polls can have seen that much.
+		MatchRegexp(`Progress:\s+([2-9][0-9]{6}|[0-9]{8,}) of 41943040 complete \(Bytes\)`),
+	))
+	g.Expect(backupPhase(b)(g)).To(Equal(velerov1api.BackupPhaseWaitingForPluginOperations))
 }
