@@ -9,7 +9,8 @@
 #   hack/cached-binary.sh velero-plugin-for-aws  # the AWS ObjectStore/VolumeSnapshotter plugin
 #
 # ITEMOPS_VELERO_BIN, ITEMOPS_VERSITYGW_BIN and ITEMOPS_AWS_PLUGIN, when set
-# to an executable, win and nothing is built.
+# to an executable, win and nothing is built. With ITEMOPS_CACHED_ONLY=1 a
+# binary that is not built yet is not built either: the script exits 3.
 set -euo pipefail
 
 name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws}"
@@ -62,6 +63,11 @@ dest="${cache_root}/${name}-v${version}/${name}"
 if [[ -x "${dest}" ]]; then
   echo "${dest}"
   exit 0
+fi
+
+if [[ "${ITEMOPS_CACHED_ONLY:-}" == 1 ]]; then
+  echo "${name} v${version} is not built yet (${dest})" >&2
+  exit 3
 fi
 
 mkdir -p "${cache_root}"

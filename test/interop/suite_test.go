@@ -34,35 +34,24 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
-
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
 	"github.com/itemops/itemops/test/s3"
-)
-
-const (
-	bucket   = "velero"
-	location = "default"
+	"github.com/itemops/itemops/test/veleroenv"
 )
 
 var (
 	env *envtest.Environment
+	// velero is Velero's world beside the API server.
+	velero *veleroenv.Env
 	// kubeconfig is an administrator's kubeconfig file for Velero and itemops.
 	kubeconfig string
-	// itemopsBinary, veleroBinary: the programs under test.
-	itemopsBinary, veleroBinary string
+	// itemopsBinary is the program under test.
+	itemopsBinary string
 	// pluginDir holds velero-plugin-for-aws and the sample plugins, for both.
 	pluginDir string
 	// bucketDir is the bucket as versitygw keeps it on disk.
 	bucketDir string
-	// stateDir is where the sample plugins keep their operations.
-	stateDir string
 )
 
 func TestMain(m *testing.M) {
@@ -98,109 +87,29 @@ func setUp(work string) (stop func(), err error) {
 		return stop, err
 	}
 	stops = append(stops, func() { _ = env.Stop() })
-	root := env.RepoRoot
 
 	// The sample plugins keep their state here; every plugin process,
 	// started by Velero or by itemops, inherits it.
-	stateDir = filepath.Join(work, "state")
-	if err := os.Setenv(sim.EnvStateDir, stateDir); err != nil {
+	if err := os.Setenv(sim.EnvStateDir, filepath.Join(work, "state")); err != nil {
 		return stop, err
-	}
-
-	type built struct {
-		path string
-		err  error
-	}
-	binaries := map[string]*built{}
-	var wg sync.WaitGroup
-	for name, script := range map[string][]string{
-		"velero": {filepath.Join(root, "hack", "cached-binary.sh"), "velero"},
-		"aws":    {filepath.Join(root, "hack", "cached-binary.sh"), "velero-plugin-for-aws"},
-	} {
-		b := &built{}
-		binaries[name] = b
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cmd := exec.Command(script[0], script[1:]...)
-			cmd.Stderr = os.Stderr
-			out, err := cmd.Output()
-			b.path, b.err = strings.TrimSpace(string(out)), err
-			if err != nil {
-				b.err = fmt.Errorf("%s: %w", strings.Join(script, " "), err)
-			}
-		}()
 	}
 	pluginDir = filepath.Join(work, "plugins")
 	itemopsBinary = filepath.Join(work, "itemops")
-	buildErr := envtest.BuildSamplePlugins(pluginDir, "sample")
-	if buildErr == nil {
-		build := exec.Command("go", "build", "-o", itemopsBinary, ".")
-		build.Dir = root
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		buildErr = build.Run()
-	}
-	wg.Wait()
-	if buildErr != nil {
-		return stop, buildErr
-	}
-	for _, b := range binaries {
-		if b.err != nil {
-			return stop, b.err
-		}
-	}
-	veleroBinary = binaries["velero"].path
-	if err := os.Symlink(binaries["aws"].path, filepath.Join(pluginDir, "velero-plugin-for-aws")); err != nil {
+	if err := envtest.BuildSamplePlugins(pluginDir, "sample"); err != nil {
 		return stop, err
 	}
-
-	// versitygw serves a posix directory; the bucket is a directory in it.
-	server, err := s3.Start(root, work)
+	build := exec.Command("go", "build", "-o", itemopsBinary, ".")
+	build.Dir = env.RepoRoot
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return stop, err
+	}
+	v, stopVelero, err := veleroenv.Setup(env, work, pluginDir, false)
+	stops = append(stops, stopVelero)
 	if err != nil {
 		return stop, err
 	}
-	stops = append(stops, server.Stop)
-	if bucketDir, err = server.Bucket(bucket); err != nil {
-		return stop, err
-	}
-
-	config, err := env.Kubeconfig()
-	if err != nil {
-		return stop, err
-	}
-	kubeconfig = filepath.Join(work, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, config, 0o600); err != nil {
-		return stop, err
-	}
-	ctx := context.Background()
-	if err := env.Client.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "cloud-credentials", Namespace: envtest.VeleroNamespace},
-		Data:       map[string][]byte{"cloud": s3.Credentials()},
-	}); err != nil {
-		return stop, err
-	}
-	bsl := server.Location(envtest.VeleroNamespace, location, bucket, "cloud-credentials", "cloud")
-	bsl.Spec.Default = true
-	if err := env.Client.Create(ctx, bsl); err != nil {
-		return stop, err
-	}
-	// Velero's restore reads its own Deployment (for the image of its
-	// restore helpers); outside a cluster one is created with no pods.
-	labels := map[string]string{"component": "velero"}
-	replicas := int32(0)
-	if err := env.Client.Create(ctx, &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "velero", Namespace: envtest.VeleroNamespace, Labels: labels},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &replicas,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "velero", Image: "velero/velero:v1.18.3"}}},
-			},
-		},
-	}); err != nil {
-		return stop, err
-	}
+	velero, kubeconfig, bucketDir = v, v.Kubeconfig, v.BucketDir
 	return stop, nil
 }
 
@@ -229,12 +138,10 @@ type process struct {
 	output *syncBuffer
 }
 
-func start(t *testing.T, name, binary string, args ...string) *process {
+func start(t *testing.T, name string, cmd *exec.Cmd) *process {
 	t.Helper()
-	p := &process{name: name, output: &syncBuffer{}}
-	p.cmd = exec.Command(binary, args...)
+	p := &process{name: name, output: &syncBuffer{}, cmd: cmd}
 	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
-	p.cmd.Env = append(os.Environ(), "VELERO_NAMESPACE="+envtest.VeleroNamespace)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -274,18 +181,11 @@ func tail(s string, lines int) string {
 // startVelero runs the real Velero server against the suite's API server.
 func startVelero(t *testing.T, extra ...string) *process {
 	t.Helper()
-	metrics, err := s3.FreeAddress()
+	cmd, err := velero.ServerCommand(extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	profiler, err := s3.FreeAddress()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"server", "--kubeconfig", kubeconfig, "--namespace", envtest.VeleroNamespace,
-		"--plugin-dir", pluginDir, "--item-operation-sync-frequency", "1s", "--metrics-address", metrics,
-		"--profiler-address", profiler, "--store-validation-frequency", "5s", "--log-level", "info"}, extra...)
-	return start(t, "velero server", veleroBinary, args...)
+	return start(t, "velero server", cmd)
 }
 
 // startItemops runs the itemops binary in mode.
@@ -299,23 +199,10 @@ func startItemops(t *testing.T, mode string, extra ...string) *process {
 		"--plugin-dir=" + pluginDir, "--sync-frequency=500ms", "--progress-update-interval=1s",
 		"--credentials-dir=" + filepath.Join(t.TempDir(), "credentials"),
 		"--metrics-bind-address=0", "--health-probe-bind-address=" + probes}, extra...)
-	return start(t, "itemops", itemopsBinary, args...)
+	return start(t, "itemops", exec.Command(itemopsBinary, args...))
 }
 
 // waitForLocation waits until Velero finds the bucket usable.
 func waitForLocation(ctx context.Context) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		bsl := &velerov1api.BackupStorageLocation{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: envtest.VeleroNamespace, Name: location}, bsl); err != nil {
-			return err
-		}
-		if bsl.Status.Phase == velerov1api.BackupStorageLocationPhaseAvailable {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("BackupStorageLocation %s is %q: %s", location, bsl.Status.Phase, bsl.Status.Message)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return veleroenv.WaitForLocation(ctx, env.Client)
 }

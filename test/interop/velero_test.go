@@ -43,10 +43,11 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/veleroenv"
 )
 
 // manageFlags disable the two Velero controllers whose job itemops does.
-var manageFlags = []string{"--disable-controllers=backup-operations,restore-operations"}
+var manageFlags = veleroenv.ManageFlags
 
 // sourceNamespace creates a namespace of ConfigMaps that the sample data
 // mover acts on, one per annotation set.
@@ -72,7 +73,7 @@ func createBackup(t *testing.T, name, namespace string, timeout time.Duration) *
 	t.Helper()
 	b := &velerov1api.Backup{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: envtest.VeleroNamespace},
-		Spec: velerov1api.BackupSpec{IncludedNamespaces: []string{namespace}, StorageLocation: location,
+		Spec: velerov1api.BackupSpec{IncludedNamespaces: []string{namespace}, StorageLocation: veleroenv.Location,
 			ItemOperationTimeout: metav1.Duration{Duration: timeout}},
 	}
 	if err := env.Client.Create(context.Background(), b); err != nil {
@@ -409,7 +410,7 @@ func TestDescribeDetailsShowsLiveProgress(t *testing.T) {
 	g.Expect(operationsFile(g, b.Name)).To(ConsistOf(HaveField("Status.NCompleted", BeNumerically("<", 1<<20))))
 
 	describe := func(g Gomega) string {
-		out, err := exec.Command(veleroBinary, "backup", "describe", b.Name, "--details",
+		out, err := exec.Command(velero.Velero, "backup", "describe", b.Name, "--details",
 			"--kubeconfig", kubeconfig, "--namespace", envtest.VeleroNamespace).CombinedOutput()
 		g.Expect(err).NotTo(HaveOccurred(), string(out))
 		return string(out)

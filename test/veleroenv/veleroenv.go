@@ -1,0 +1,224 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package veleroenv puts the real Velero beside an envtest API server:
+// versitygw as the object store, a default BackupStorageLocation on it through
+// the unmodified velero-plugin-for-aws, and `velero server` v1.18.3, all on
+// 127.0.0.1 and built once per machine from the Go module proxy
+// (hack/cached-binary.sh). The interop suite and `make demo` use it.
+package veleroenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/s3"
+)
+
+// The names of what Setup creates.
+const (
+	Bucket   = "velero"
+	Location = "default"
+	Secret   = "cloud-credentials"
+)
+
+// ManageFlags disable the two Velero controllers whose job itemops does in manage mode.
+var ManageFlags = []string{"--disable-controllers=backup-operations,restore-operations"}
+
+// ErrNotBuilt: a binary is not in the cache and Setup was asked not to build it.
+var ErrNotBuilt = errors.New("not built yet")
+
+// Env is Velero's world beside an API server.
+type Env struct {
+	// Velero is the velero binary (server and CLI).
+	Velero string
+	// Kubeconfig is an administrator's kubeconfig file.
+	Kubeconfig string
+	// PluginDir holds velero-plugin-for-aws beside the plugins already in it.
+	PluginDir string
+	// BucketDir is the bucket as versitygw keeps it on disk.
+	BucketDir string
+
+	server *s3.Server
+}
+
+// Setup builds (unless cachedOnly) or finds velero and velero-plugin-for-aws,
+// starts versitygw under work and creates Velero's objects in the Velero
+// namespace. stop undoes what was started, even after an error.
+func Setup(env *envtest.Environment, work, pluginDir string, cachedOnly bool) (e *Env, stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	e = &Env{PluginDir: pluginDir}
+	paths := map[string]string{}
+	errs := make([]error, 0, 2)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range []string{"velero", "velero-plugin-for-aws", "versitygw"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			path, err := cached(env.RepoRoot, name, cachedOnly)
+			mu.Lock()
+			defer mu.Unlock()
+			paths[name] = path
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, stop, err
+	}
+	e.Velero = paths["velero"]
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		return nil, stop, err
+	}
+	if err := os.Symlink(paths["velero-plugin-for-aws"], filepath.Join(pluginDir, "velero-plugin-for-aws")); err != nil {
+		return nil, stop, err
+	}
+
+	if e.server, err = s3.Start(env.RepoRoot, work); err != nil {
+		return nil, stop, err
+	}
+	stops = append(stops, e.server.Stop)
+	if e.BucketDir, err = e.server.Bucket(Bucket); err != nil {
+		return nil, stop, err
+	}
+
+	config, err := env.Kubeconfig()
+	if err != nil {
+		return nil, stop, err
+	}
+	e.Kubeconfig = filepath.Join(work, "kubeconfig")
+	if err := os.WriteFile(e.Kubeconfig, config, 0o600); err != nil {
+		return nil, stop, err
+	}
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: Secret, Namespace: envtest.VeleroNamespace},
+		Data:       map[string][]byte{"cloud": s3.Credentials()},
+	}); err != nil {
+		return nil, stop, err
+	}
+	bsl := e.server.Location(envtest.VeleroNamespace, Location, Bucket, Secret, "cloud")
+	bsl.Spec.Default = true
+	if err := env.Client.Create(ctx, bsl); err != nil {
+		return nil, stop, err
+	}
+	// Velero's restore reads its own Deployment (for the image of its
+	// restore helpers); outside a cluster one is created with no pods.
+	labels := map[string]string{"component": "velero"}
+	replicas := int32(0)
+	if err := env.Client.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "velero", Namespace: envtest.VeleroNamespace, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "velero", Image: "velero/velero:v1.18.3"}}},
+			},
+		},
+	}); err != nil {
+		return nil, stop, err
+	}
+	return e, stop, nil
+}
+
+// cached returns the path of a binary hack/cached-binary.sh builds.
+func cached(root, name string, cachedOnly bool) (string, error) {
+	cmd := exec.Command(filepath.Join(root, "hack", "cached-binary.sh"), name)
+	cmd.Env = os.Environ()
+	if cachedOnly {
+		cmd.Env = append(cmd.Env, "ITEMOPS_CACHED_ONLY=1")
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if !cachedOnly {
+		cmd.Stderr = os.Stderr
+	}
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 3 {
+		return "", fmt.Errorf("%s: %w", name, ErrNotBuilt)
+	}
+	if err != nil {
+		return "", fmt.Errorf("hack/cached-binary.sh %s: %w: %s", name, err, stderr.String())
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// ServerCommand is `velero server` against the API server, with extra flags.
+// Its ports are free ones, so that it never collides with another.
+func (e *Env) ServerCommand(extra ...string) (*exec.Cmd, error) {
+	metrics, err := s3.FreeAddress()
+	if err != nil {
+		return nil, err
+	}
+	profiler, err := s3.FreeAddress()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"server", "--kubeconfig", e.Kubeconfig, "--namespace", envtest.VeleroNamespace,
+		"--plugin-dir", e.PluginDir, "--item-operation-sync-frequency", "1s", "--metrics-address", metrics,
+		"--profiler-address", profiler, "--store-validation-frequency", "5s", "--log-level", "info"}, extra...)
+	cmd := exec.Command(e.Velero, args...)
+	cmd.Env = append(os.Environ(), "VELERO_NAMESPACE="+envtest.VeleroNamespace)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd, nil
+}
+
+// WaitForLocation waits until Velero finds the bucket usable.
+func WaitForLocation(ctx context.Context, c client.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		bsl := &velerov1api.BackupStorageLocation{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: envtest.VeleroNamespace, Name: Location}, bsl); err != nil {
+			return err
+		}
+		if bsl.Status.Phase == velerov1api.BackupStorageLocationPhaseAvailable {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("BackupStorageLocation %s is %q: %s", Location, bsl.Status.Phase, bsl.Status.Message)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
