@@ -109,7 +109,7 @@ func (s *Server) Location(namespace, name, bucket, secret, key string) *velerov1
 			Provider:    "aws",
 			StorageType: velerov1api.StorageType{ObjectStorage: &velerov1api.ObjectStorageLocation{Bucket: bucket}},
 			// versitygw accepts only its own region.
-			Config: map[string]string{"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": "http://" + s.Address},
+			Config:     map[string]string{"region": "us-east-1", "s3ForcePathStyle": "true", "s3Url": "http://" + s.Address},
 			Credential: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key},
 		},
 	}
