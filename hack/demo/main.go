@@ -16,14 +16,22 @@ limitations under the License.
 
 // Command demo runs itemops end to end on this machine with nothing but Go:
 // a local kube-apiserver and etcd, Velero's CRDs and ours, the sample
-// plugins, and the itemops manager in manage mode. It creates a Backup that
-// waits for several simulated uploads (one of which fails), shows their
-// progress live until the Backup reaches FinalizingPartiallyFailed, and keeps
-// everything running for you to inspect until Ctrl-C.
+// plugins, and the itemops manager in manage mode.
+//
+// When the real Velero is built (velero server, velero-plugin-for-aws and
+// versitygw in the machine's cache, as `make test` leaves them), it runs
+// them too and backs up a namespace whose items the sample data mover
+// uploads asynchronously (one upload fails): Velero starts the uploads,
+// itemops reads them from the bucket, polls them and writes them back, and
+// Velero's finalizer ends the Backup PartiallyFailed. Otherwise it creates a
+// Backup as Velero would leave it, with its ItemOperations, and shows it reach
+// FinalizingPartiallyFailed. Either way the progress is shown live and
+// everything keeps running for you to inspect until Ctrl-C.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -35,6 +43,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,6 +52,7 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/veleroenv"
 )
 
 // uploads are the demo backup's operations: name, size, speed, fail-at.
@@ -105,34 +115,70 @@ func run(ctx context.Context, exitWhenDone bool) error {
 		return err
 	}
 
+	say("looking for the real Velero in the machine's cache")
+	velero, stopVelero, err := veleroenv.Setup(env, work, pluginDir, true)
+	defer stopVelero()
+	real := err == nil
+	switch {
+	case errors.Is(err, veleroenv.ErrNotBuilt):
+		say(fmt.Sprintf("%v\n    showing a Backup as Velero leaves it instead; `make test` builds the real Velero once (about 5 minutes)", err))
+	case err != nil:
+		return err
+	default:
+		kubeconfigPath = velero.Kubeconfig
+		say("starting velero server v1.18.3 with versitygw and velero-plugin-for-aws, its operations controllers disabled")
+		veleroLog := filepath.Join(work, "velero.log")
+		stopServer, err := startLogged(veleroLog, func() (*exec.Cmd, error) { return velero.ServerCommand(veleroenv.ManageFlags...) })
+		if err != nil {
+			return err
+		}
+		defer stopServer()
+		if err := veleroenv.WaitForLocation(ctx, env.Client); err != nil {
+			return fmt.Errorf("%w (velero log: %s)", err, veleroLog)
+		}
+	}
+
 	say("starting itemops in manage mode")
 	logPath := filepath.Join(work, "itemops.log")
-	logFile, err := os.Create(logPath)
+	stopManager, err := startLogged(logPath, func() (*exec.Cmd, error) {
+		return exec.Command(binary, "--kubeconfig="+kubeconfigPath, "--mode=manage",
+			"--velero-namespace="+envtest.VeleroNamespace, "--plugin-dir="+pluginDir,
+			"--credentials-dir="+filepath.Join(work, "credentials"),
+			"--sync-frequency=1s", "--progress-update-interval=2s", "--stall-after=1m",
+			"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0"), nil
+	})
 	if err != nil {
 		return err
 	}
-	defer func() { _ = logFile.Close() }()
-	manager := exec.Command(binary, "--kubeconfig="+kubeconfigPath, "--mode=manage",
-		"--velero-namespace="+envtest.VeleroNamespace, "--plugin-dir="+pluginDir,
-		"--sync-frequency=1s", "--progress-update-interval=2s", "--stall-after=1m",
-		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0")
-	manager.Stdout, manager.Stderr = logFile, logFile
-	if err := manager.Start(); err != nil {
-		return err
-	}
-	defer func() {
-		_ = manager.Process.Signal(syscall.SIGTERM)
-		_ = manager.Wait()
-	}()
+	defer stopManager()
 
-	backup, err := createBackup(ctx, env.Client)
+	var backup *velerov1api.Backup
+	if real {
+		backup, err = backUpNamespace(ctx, env.Client)
+	} else {
+		backup, err = createBackup(ctx, env.Client)
+	}
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nkubeconfig: %s\n  KUBECONFIG=%s kubectl -n velero get itemoperations -o wide\nitemops log: %s\n\n",
+	fmt.Printf("\nkubeconfig: %s\n  KUBECONFIG=%s kubectl -n velero get itemoperations -o wide\nitemops log: %s\n",
 		kubeconfigPath, kubeconfigPath, logPath)
+	if real {
+		fmt.Printf("  %s backup describe %s --details --kubeconfig %s\nvelero log: %s\n",
+			velero.Velero, backup.Name, kubeconfigPath, filepath.Join(work, "velero.log"))
+	}
+	fmt.Println()
 	time.Sleep(2 * time.Second)
 
+	// The story ends where itemops hands the Backup over: to Velero's
+	// finalizer when Velero runs, else at Finalizing*.
+	finished := func(phase string) bool {
+		if real {
+			return phase == string(velerov1api.BackupPhaseCompleted) || phase == string(velerov1api.BackupPhasePartiallyFailed) ||
+				phase == string(velerov1api.BackupPhaseFailed)
+		}
+		return strings.HasPrefix(phase, "Finalizing")
+	}
 	done := false
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -141,7 +187,7 @@ func run(ctx context.Context, exitWhenDone bool) error {
 		if err != nil {
 			return err
 		}
-		if !done && strings.HasPrefix(phase, "Finalizing") {
+		if !done && finished(phase) {
 			done = true
 			fmt.Printf("\nBackup %s reached %s. ", backup.Name, phase)
 			if exitWhenDone {
@@ -165,6 +211,33 @@ func run(ctx context.Context, exitWhenDone bool) error {
 	}
 }
 
+// startLogged starts a program with its output in a log file; stop ends it.
+func startLogged(logPath string, command func() (*exec.Cmd, error)) (stop func(), err error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return func() {}, err
+	}
+	cmd, err := command()
+	if err != nil {
+		_ = logFile.Close()
+		return func() {}, err
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return func() {}, err
+	}
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		_ = logFile.Close()
+	}, nil
+}
+
 func say(msg string) { fmt.Println("==> " + msg) }
 
 func goBuild(dir string, args ...string) error {
@@ -172,6 +245,33 @@ func goBuild(dir string, args ...string) error {
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	return cmd.Run()
+}
+
+// backUpNamespace creates namespace shop with one ConfigMap per upload, each
+// marked for the sample data mover, and asks Velero to back it up.
+func backUpNamespace(ctx context.Context, c client.Client) (*velerov1api.Backup, error) {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}); err != nil {
+		return nil, err
+	}
+	for _, u := range uploads {
+		annotations := map[string]string{sim.AnnotationSize: u.size, sim.AnnotationSpeed: u.speed}
+		if u.failAt != "" {
+			annotations[sim.AnnotationFailAt] = u.failAt
+		}
+		if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: u.item, Namespace: "shop",
+			Labels: map[string]string{sim.LabelSelect: "yes"}, Annotations: annotations}}); err != nil {
+			return nil, err
+		}
+	}
+	backup := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: "nightly-demo", Namespace: envtest.VeleroNamespace},
+		Spec: velerov1api.BackupSpec{IncludedNamespaces: []string{"shop"}, StorageLocation: veleroenv.Location,
+			ItemOperationTimeout: metav1.Duration{Duration: time.Hour}},
+	}
+	if err := c.Create(ctx, backup); err != nil {
+		return nil, fmt.Errorf("creating the backup: %w", err)
+	}
+	return backup, nil
 }
 
 // createBackup makes a Backup as Velero leaves it after its item actions
@@ -240,13 +340,14 @@ func show(ctx context.Context, c client.Client, backup *velerov1api.Backup) (str
 	fmt.Printf("Backup %s: %s (operations: %d attempted, %d completed, %d failed)\n\n", b.Name, b.Status.Phase,
 		b.Status.BackupItemOperationsAttempted, b.Status.BackupItemOperationsCompleted, b.Status.BackupItemOperationsFailed)
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(w, "NAME\tPHASE\tPROGRESS\tETA\tERROR")
+	fmt.Fprintln(w, "NAME\tITEM\tPHASE\tPROGRESS\tETA\tERROR")
 	for _, op := range ops.Items {
 		eta := ""
 		if op.Status.EstimatedCompletion != nil {
-			eta = time.Until(op.Status.EstimatedCompletion.Time).Round(time.Second).String()
+			eta = max(time.Until(op.Status.EstimatedCompletion.Time), 0).Round(time.Second).String()
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", op.Name, op.Status.Phase, op.Status.Progress, eta, op.Status.Error)
+		fmt.Fprintf(w, "%s\t%s/%s\t%s\t%s\t%s\t%s\n", op.Name, op.Spec.Resource.Namespace, op.Spec.Resource.Name,
+			op.Status.Phase, op.Status.Progress, eta, op.Status.Error)
 	}
 	_ = w.Flush()
 	return string(b.Status.Phase), nil

@@ -423,3 +423,18 @@ func TestDescribeDetailsShowsLiveProgress(t *testing.T) {
 	))
 	g.Expect(backupPhase(b)(g)).To(Equal(velerov1api.BackupPhaseWaitingForPluginOperations))
 }
+
+// TestDemoBacksUpWithTheRealVelero runs the README's first command the way a
+// new user does, on a machine where the real Velero is built.
+func TestDemoBacksUpWithTheRealVelero(t *testing.T) {
+	g := NewWithT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	demo := exec.CommandContext(ctx, "go", "run", "./hack/demo", "--exit-when-done")
+	demo.Dir = env.RepoRoot
+	out, err := demo.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), tail(string(out), 60))
+	g.Expect(string(out)).To(ContainSubstring("starting velero server v1.18.3"))
+	g.Expect(string(out)).To(MatchRegexp(`shop/search-index\s+Failed\s+2.4Gi/4Gi`))
+	g.Expect(string(out)).To(ContainSubstring("Backup nightly-demo reached PartiallyFailed."))
+}

@@ -52,7 +52,7 @@ type Server struct {
 }
 
 // Start builds (once per machine) and runs versitygw over a new directory
-// under dir. repoRoot is the itemops checkout.
+// under dir, logging to dir/versitygw.log. repoRoot is the itemops checkout.
 func Start(repoRoot, dir string) (*Server, error) {
 	build := exec.Command(filepath.Join(repoRoot, "hack", "cached-binary.sh"), "versitygw")
 	build.Stderr = os.Stderr
@@ -69,7 +69,13 @@ func Start(repoRoot, dir string) (*Server, error) {
 		return nil, err
 	}
 	cmd := exec.Command(strings.TrimSpace(string(out)), "--port", address, "--access", AccessKey, "--secret", SecretKey, "posix", root)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	// Its access log is one line per request: kept out of the way, in dir.
+	logFile, err := os.Create(filepath.Join(dir, "versitygw.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting versitygw: %w", err)
