@@ -207,39 +207,12 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 		return ctrl.Result{}, nil
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues(string(r.kind.kind), klog.KObj(parent)))
-	ops, err := listOperations(ctx, r.client, parent.GetNamespace(), parent.GetUID())
+	old := r.kind.counters(parent)
+	k, err := r.knownOperations(ctx, parent, old)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	old := r.kind.counters(parent)
-	expected := old.Attempted
-	var readErr error
-	extra := rollup.Counts{}
-	// Read the file only while operations are missing: a parent whose
-	// operations are all known costs no object storage request.
-	if r.opts.Store != nil && len(ops) < max(old.Attempted, 1) {
-		records, err := r.kind.read(ctx, r.opts.Store, parent)
-		if err != nil {
-			readErr = err
-		} else {
-			ingested, err := r.ingest(ctx, parent, records, ops)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-			extra = ingested.invalid
-			expected = max(old.Attempted, ingested.expected)
-			if ops, err = listOperations(ctx, r.client, parent.GetNamespace(), parent.GetUID()); err != nil {
-				return ctrl.Result{}, err
-			}
-			if known := len(ops) + extra.Total; known < old.Attempted {
-				// Velero writes the file before it counts the attempts, so
-				// records were lost: wait for them until no operation could
-				// still be running, then give up.
-				readErr = fmt.Errorf("%w: Velero attempted %d plugin operations, %d are known, the operations file lists %d",
-					errMissingOperations, old.Attempted, known, ingested.expected)
-			}
-		}
-	}
+	ops, expected, extra, readErr := k.ops, k.expected, k.invalid, k.readErr
 	if readErr != nil {
 		reason := reasonUnreadable
 		if errors.Is(readErr, errMissingOperations) {
@@ -294,6 +267,55 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 		recordPhase(r.recorder, parent, phase, next, counters)
 	}
 	return ctrl.Result{}, retryable(readErr)
+}
+
+// known is what a reconcile knows of a parent's operations.
+type known struct {
+	// ops are the parent's ItemOperations.
+	ops []itemopsv1alpha1.ItemOperation
+	// expected is how many operations the parent waits for.
+	expected int
+	// invalid are records that cannot become ItemOperations; they count as failed.
+	invalid rollup.Counts
+	// readErr is why the operations file could not be read, or why
+	// operations Velero attempted are still missing.
+	readErr error
+}
+
+// knownOperations lists the parent's ItemOperations and, while fewer exist
+// than Velero attempted, reads the operations file and creates the missing
+// ones. A parent whose operations are all known costs no object storage request.
+func (r *parentReconciler[T]) knownOperations(ctx context.Context, parent T, old parentCounters) (known, error) {
+	ops, err := listOperations(ctx, r.client, parent.GetNamespace(), parent.GetUID())
+	if err != nil {
+		return known{}, err
+	}
+	k := known{ops: ops, expected: old.Attempted}
+	if r.opts.Store == nil || len(ops) >= max(old.Attempted, 1) {
+		return k, nil
+	}
+	records, err := r.kind.read(ctx, r.opts.Store, parent)
+	if err != nil {
+		k.readErr = err
+		return k, nil
+	}
+	ingested, err := r.ingest(ctx, parent, records, ops)
+	if err != nil {
+		return known{}, err
+	}
+	k.invalid = ingested.invalid
+	k.expected = max(old.Attempted, ingested.expected)
+	if k.ops, err = listOperations(ctx, r.client, parent.GetNamespace(), parent.GetUID()); err != nil {
+		return known{}, err
+	}
+	if n := len(k.ops) + k.invalid.Total; n < old.Attempted {
+		// Velero uploads the file before it records the attempts, so
+		// records were lost: wait for them until no operation could
+		// still be running, then give up.
+		k.readErr = fmt.Errorf("%w: Velero attempted %d plugin operations, %d are known, the operations file lists %d",
+			errMissingOperations, old.Attempted, n, ingested.expected)
+	}
+	return k, nil
 }
 
 // retryable is err when a later attempt may succeed, so the workqueue backs
