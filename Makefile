@@ -29,8 +29,9 @@ manifests: ## Generate the CRD and RBAC manifests from the markers in the code.
 	rm -rf $(CHART_CRDS) && mkdir -p $(CHART_CRDS) && cp $(CRD_DIR)/*.yaml $(CHART_CRDS)/
 
 .PHONY: generate
-generate: ## Generate the DeepCopy methods of the API types.
+generate: ## Generate the DeepCopy methods of the API types and the Go code of the plugin protocol.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./api/..."
+	hack/update-proto.sh
 
 .PHONY: fmt
 fmt: ## Run gofmt on the code.
