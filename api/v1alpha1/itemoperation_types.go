@@ -206,6 +206,8 @@ type ResourceIdentifier struct {
 // +kubebuilder:validation:XValidation:rule="has(self.postOperationItems) == has(oldSelf.postOperationItems) && (!has(self.postOperationItems) || self.postOperationItems == oldSelf.postOperationItems)",message="postOperationItems is immutable",fieldPath=".postOperationItems"
 // +kubebuilder:validation:XValidation:rule="has(self.timeout) == has(oldSelf.timeout) && (!has(self.timeout) || self.timeout == oldSelf.timeout)",message="timeout is immutable",fieldPath=".timeout"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="cancel cannot be withdrawn once requested",fieldPath=".cancel"
+// +kubebuilder:validation:XValidation:rule="self.plugin.kind == 'VolumeSnapshotter' ? has(self.snapshotLocation) : !has(self.snapshotLocation)",message="snapshotLocation is required for, and only for, VolumeSnapshotter operations",fieldPath=".snapshotLocation"
+// +kubebuilder:validation:XValidation:rule="has(self.snapshotLocation) == has(oldSelf.snapshotLocation) && (!has(self.snapshotLocation) || self.snapshotLocation == oldSelf.snapshotLocation)",message="snapshotLocation is immutable",fieldPath=".snapshotLocation"
 type ItemOperationSpec struct {
 	// Parent is the Backup or Restore the operation belongs to.
 	// +required
@@ -236,6 +238,15 @@ type ItemOperationSpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=1024
 	PostOperationItems []ResourceIdentifier `json:"postOperationItems,omitempty"`
+
+	// SnapshotLocation is the VolumeSnapshotLocation, in the operation's
+	// namespace, whose spec.config and spec.credential the VolumeSnapshotter
+	// plugin is initialised with, as Velero does before it takes the
+	// snapshot. VolumeSnapshotter operations only.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SnapshotLocation string `json:"snapshotLocation,omitempty"`
 
 	// Timeout is how long after status.created the operation may run before
 	// it is cancelled and failed with reason TimedOut. When unset, the

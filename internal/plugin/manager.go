@@ -52,6 +52,9 @@ type Operation struct {
 	Backup *velerov1api.Backup
 	// Restore is passed to RestoreItemAction plugins, as Velero does.
 	Restore *velerov1api.Restore
+	// SnapshotConfig initialises VolumeSnapshotter plugins before they are
+	// called: the VolumeSnapshotLocation's config, as Velero passes it.
+	SnapshotConfig map[string]string
 }
 
 // Client reads the progress of operations and cancels them. Every call has a
@@ -94,8 +97,9 @@ type Manager struct {
 	processes map[string]*process
 	closed    bool
 
-	storeLocksMu sync.Mutex
-	storeLocks   map[string]chan struct{}
+	storeLocksMu     sync.Mutex
+	storeLocks       map[string]chan struct{}
+	snapshotterSlots map[slotKey]*snapshotterSlot
 
 	launches atomic.Int64
 	restarts atomic.Int64
@@ -223,6 +227,9 @@ func (m *Manager) connect(ctx context.Context, call string, op Operation) (*grpc
 // Progress implements Client.
 func (m *Manager) Progress(ctx context.Context, op Operation) (velero.OperationProgress, error) {
 	const call = "Progress"
+	if op.Kind == itemopsv1alpha1.PluginKindVolumeSnapshotter {
+		return m.snapshotProgress(ctx, op)
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.CallTimeout)
 	defer cancel()
 	conn, err := m.connect(ctx, call, op)
@@ -275,6 +282,9 @@ func (m *Manager) Progress(ctx context.Context, op Operation) (velero.OperationP
 // Cancel implements Client.
 func (m *Manager) Cancel(ctx context.Context, op Operation) error {
 	const call = "Cancel"
+	if op.Kind == itemopsv1alpha1.PluginKindVolumeSnapshotter {
+		return m.snapshotCancel(ctx, op)
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.opts.CallTimeout)
 	defer cancel()
 	conn, err := m.connect(ctx, call, op)

@@ -40,6 +40,7 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	vsv2 "github.com/itemops/itemops/pkg/plugin/velero/volumesnapshotter/v2"
 	"github.com/itemops/itemops/test/plugins/sim"
 )
 
@@ -174,6 +175,8 @@ func TestDiscoveryListsExactlyTheRegisteredPlugins(t *testing.T) {
 		{common.PluginKindBackupItemActionV2, datamover},
 		{common.PluginKindRestoreItemAction, v1Restorer},
 		{common.PluginKindRestoreItemActionV2, restorer},
+		{common.PluginKindVolumeSnapshotter, snapshotter},
+		{vsv2.PluginKind, snapshotter},
 	}))
 	g.Expect(m.Registry().Problems()).To(BeEmpty())
 	g.Expect(m.pids()).To(BeEmpty(), "discovery leaves no process running")
@@ -211,6 +214,8 @@ func TestDiscoverySkipsAndReportsWhatIsNotAPlugin(t *testing.T) {
 		HavePrefix("not-a-plugin.sh: not a Velero plugin, or it failed the handshake"),
 		And(HavePrefix("sample-copy: BackupItemActionV2/itemops.io/sample-datamover is also registered by"), ContainSubstring("neither is used")),
 		And(HavePrefix("sample-copy: RestoreItemActionV2/itemops.io/sample-restorer is also registered by"), ContainSubstring("neither is used")),
+		And(HavePrefix("sample-copy: VolumeSnapshotter/itemops.io/sample-snapshotter is also registered by"), ContainSubstring("neither is used")),
+		And(HavePrefix("sample-copy: VolumeSnapshotterV2/itemops.io/sample-snapshotter is also registered by"), ContainSubstring("neither is used")),
 	))
 	g.Expect(logs.String()).To(ContainSubstring("skipping in plugin directory"))
 

@@ -28,6 +28,9 @@ import (
 
 	"github.com/vmware-tanzu/velero/pkg/plugin/framework/common"
 	proto "github.com/vmware-tanzu/velero/pkg/plugin/generated"
+
+	"github.com/itemops/itemops/pkg/plugin/framework"
+	vsv2 "github.com/itemops/itemops/pkg/plugin/velero/volumesnapshotter/v2"
 )
 
 // ID is a plugin as a binary registers it: a Velero plugin kind (for example
@@ -162,7 +165,9 @@ func (m *Manager) list(ctx context.Context, path string) ([]ID, error) {
 		return nil, fmt.Errorf("not a Velero plugin, or it failed the handshake: %w", err)
 	}
 	defer r.client.Kill()
-	resp, err := proto.NewPluginListerClient(r.conn).ListPlugins(ctx, &proto.Empty{})
+	// Ask for the kinds only itemops knows too; a binary built with
+	// itemops' plugin framework lists them only when asked.
+	resp, err := proto.NewPluginListerClient(r.conn).ListPlugins(framework.WithKinds(ctx, vsv2.PluginKind), &proto.Empty{})
 	if err != nil {
 		return nil, fmt.Errorf("listing its plugins: %w", err)
 	}

@@ -14,11 +14,14 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Command sample is a Velero plugin binary, built on Velero's own plugin
-// framework, that serves a BackupItemAction v2 (itemops.io/sample-datamover)
-// and a RestoreItemAction v2 (itemops.io/sample-restorer). Both start
-// simulated transfers whose behaviour the item's annotations set (see package
-// sim). Install it like any Velero plugin; it works with Velero itself too.
+// Command sample is a Velero plugin binary, built on itemops' plugin
+// framework (Velero's, plus the VolumeSnapshotter v2 kind), that serves a
+// BackupItemAction v2 (itemops.io/sample-datamover), a RestoreItemAction v2
+// (itemops.io/sample-restorer) and a VolumeSnapshotter v2
+// (itemops.io/sample-snapshotter). All start simulated transfers whose
+// behaviour the item's annotations set (see package sim); the snapshotter
+// reads them from the PersistentVolume. Install it like any Velero plugin; it
+// works with Velero itself too, which sees the snapshotter as a v1 one.
 package main
 
 import (
@@ -28,18 +31,19 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
-	"github.com/vmware-tanzu/velero/pkg/plugin/framework"
 	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
 	biav2 "github.com/vmware-tanzu/velero/pkg/plugin/velero/backupitemaction/v2"
 	riav2 "github.com/vmware-tanzu/velero/pkg/plugin/velero/restoreitemaction/v2"
 
+	"github.com/itemops/itemops/pkg/plugin/framework"
 	"github.com/itemops/itemops/test/plugins/sim"
 )
 
 // The names the sample actions register.
 const (
-	DatamoverName = "itemops.io/sample-datamover"
-	RestorerName  = "itemops.io/sample-restorer"
+	DatamoverName   = "itemops.io/sample-datamover"
+	RestorerName    = "itemops.io/sample-restorer"
+	SnapshotterName = "itemops.io/sample-snapshotter"
 )
 
 func main() {
@@ -52,6 +56,10 @@ func main() {
 		RegisterRestoreItemActionV2(RestorerName, func(log logrus.FieldLogger) (any, error) {
 			store, err := sim.NewStore()
 			return &restorer{log: log, store: store}, err
+		}).
+		RegisterVolumeSnapshotterV2(SnapshotterName, func(log logrus.FieldLogger) (any, error) {
+			store, err := sim.NewStore()
+			return &snapshotter{log: log, store: store}, err
 		}).
 		Serve()
 }

@@ -306,3 +306,50 @@ func (s *Store) save(st *State) error {
 	}
 	return os.Rename(tmp.Name(), s.path(st.ID))
 }
+
+// RememberVolume keeps the annotations of a volume until a snapshot of it
+// starts: a VolumeSnapshotter sees the PersistentVolume in GetVolumeID, but
+// only its volume ID in CreateSnapshot.
+func (s *Store) RememberVolume(volumeID string, annotations map[string]string) error {
+	if volumeID == "" || strings.ContainsAny(volumeID, "/\\") || strings.Contains(volumeID, "..") {
+		return fmt.Errorf("invalid volume ID %q", volumeID)
+	}
+	b, err := json.Marshal(annotations)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(s.dir, "volume-"+volumeID+".json"), b, 0o644)
+}
+
+// VolumeAnnotations returns what RememberVolume kept for the volume, or
+// nothing when it kept nothing.
+func (s *Store) VolumeAnnotations(volumeID string) (map[string]string, error) {
+	if volumeID == "" || strings.ContainsAny(volumeID, "/\\") || strings.Contains(volumeID, "..") {
+		return nil, fmt.Errorf("invalid volume ID %q", volumeID)
+	}
+	b, err := os.ReadFile(filepath.Join(s.dir, "volume-"+volumeID+".json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("reading annotations of volume %s: %w", volumeID, err)
+	}
+	return out, nil
+}
+
+// Delete forgets an operation; deleting one that is gone is not an error.
+func (s *Store) Delete(id string) error {
+	if id == "" || strings.ContainsAny(id, "/\\") || strings.Contains(id, "..") {
+		return biav2.InvalidOperationIDError(id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
