@@ -107,10 +107,22 @@ func main() {
 		os.Exit(1)
 	}
 
+	// Velero's object storage and locations, read through the plugins: the
+	// operations files, the volume snapshot records, and the configuration
+	// VolumeSnapshotters are initialised with.
+	objectStorage := &store.Store{
+		Client:         mgr.GetClient(),
+		Secrets:        mgr.GetAPIReader(),
+		Plugins:        plugins,
+		Namespace:      opts.VeleroNamespace,
+		CredentialsDir: opts.CredentialsDir,
+	}
+
 	if err := (&controllers.ItemOperationReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
+		SnapshotLocations:       objectStorage,
 		Recorder:                mgr.GetEventRecorderFor("itemops"),
 		Clock:                   clock.RealClock{},
 		SyncFrequency:           opts.SyncFrequency,
@@ -128,13 +140,7 @@ func main() {
 	// Velero's Backups, Restores and object storage.
 	recorder := mgr.GetEventRecorderFor("itemops")
 	parentOpts := controllers.ParentOptions{
-		Store: &store.Store{
-			Client:         mgr.GetClient(),
-			Secrets:        mgr.GetAPIReader(),
-			Plugins:        plugins,
-			Namespace:      opts.VeleroNamespace,
-			CredentialsDir: opts.CredentialsDir,
-		},
+		Store:  objectStorage,
 		Manage: opts.Mode == options.ModeManage,
 		Clock:  clock.RealClock{},
 	}
@@ -146,6 +152,14 @@ func main() {
 	restores := controllers.NewRestoreReconciler(mgr.GetClient(), recorder, parentOpts)
 	if err := restores.SetupWithManager(mgr); err != nil {
 		log.Error(err, "setting up the Restore controller")
+		os.Exit(1)
+	}
+	// Native volume snapshots are followed in both modes and never move a
+	// Backup's phase: Velero does not wait for them.
+	if err := (&controllers.VolumeSnapshotReconciler{
+		Client: mgr.GetClient(), Recorder: recorder, Store: objectStorage, Clock: clock.RealClock{},
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "setting up the volume snapshot controller")
 		os.Exit(1)
 	}
 	if opts.Mode == options.ModeManage {

@@ -39,13 +39,22 @@ type fakeStore struct {
 	readOnly map[string]bool
 	reads    map[string]int
 	writes   map[string]int
+
+	snapshots     map[string][]store.VolumeSnapshot
+	snapshotReads map[string]int
+	// locations reads VolumeSnapshotLocations from the API server for real.
+	locations *store.Store
 }
 
-var _ OperationsStore = (*fakeStore)(nil)
+var (
+	_ OperationsStore = (*fakeStore)(nil)
+	_ SnapshotStore   = (*fakeStore)(nil)
+)
 
 func newFakeStore() *fakeStore {
 	return &fakeStore{backups: map[string][]*itemoperation.BackupOperation{}, restores: map[string][]*itemoperation.RestoreOperation{},
-		failures: map[string]error{}, readOnly: map[string]bool{}, reads: map[string]int{}, writes: map[string]int{}}
+		failures: map[string]error{}, readOnly: map[string]bool{}, reads: map[string]int{}, writes: map[string]int{},
+		snapshots: map[string][]store.VolumeSnapshot{}, snapshotReads: map[string]int{}}
 }
 
 func (f *fakeStore) setBackup(uid string, ops []*itemoperation.BackupOperation) {
@@ -148,4 +157,31 @@ func (f *fakeStore) CheckWritable(_ context.Context, parent client.Object) error
 		return fmt.Errorf("%w: fake", store.ErrReadOnly)
 	}
 	return nil
+}
+
+func (f *fakeStore) setSnapshots(uid string, snapshots []store.VolumeSnapshot) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.snapshots[uid] = snapshots
+}
+
+func (f *fakeStore) snapshotReadsOf(uid string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.snapshotReads[uid]
+}
+
+func (f *fakeStore) BackupVolumeSnapshots(_ context.Context, b *velerov1api.Backup) ([]store.VolumeSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	uid := string(b.UID)
+	f.snapshotReads[uid]++
+	if err := f.failures[uid]; err != nil {
+		return nil, err
+	}
+	return append([]store.VolumeSnapshot(nil), f.snapshots[uid]...), nil
+}
+
+func (f *fakeStore) SnapshotLocation(ctx context.Context, name string) (store.SnapshotLocation, error) {
+	return f.locations.SnapshotLocation(ctx, name)
 }

@@ -42,6 +42,7 @@ import (
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/internal/plugin"
+	"github.com/itemops/itemops/internal/store"
 )
 
 // DefaultOperationTimeout applies when neither the ItemOperation nor its
@@ -59,8 +60,11 @@ type ItemOperationReconciler struct {
 	// cancelled twice on a stale copy; Client when nil.
 	APIReader client.Reader
 	Plugins   plugin.Client
-	Recorder  record.EventRecorder
-	Clock     clock.Clock
+	// SnapshotLocations gives VolumeSnapshotter plugins the configuration of
+	// their VolumeSnapshotLocation; *store.Store is the real one.
+	SnapshotLocations SnapshotLocations
+	Recorder          record.EventRecorder
+	Clock             clock.Clock
 
 	// SyncFrequency is the time between two polls of an operation in progress.
 	SyncFrequency time.Duration
@@ -74,6 +78,13 @@ type ItemOperationReconciler struct {
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
 }
+
+// SnapshotLocations reads VolumeSnapshotLocations.
+type SnapshotLocations interface {
+	SnapshotLocation(ctx context.Context, name string) (store.SnapshotLocation, error)
+}
+
+var _ SnapshotLocations = (*store.Store)(nil)
 
 // SetupWithManager registers the reconciler; a change of a parent or a new
 // DeleteBackupRequest wakes the parent's operations at once.
@@ -309,13 +320,29 @@ func cancelReason(op *itemopsv1alpha1.ItemOperation, parent *parentState) (strin
 	return "", ""
 }
 
-// pluginOperation is how the plugin layer names the operation.
-func pluginOperation(op *itemopsv1alpha1.ItemOperation, parent *parentState) plugin.Operation {
+// errSnapshotLocation: a VolumeSnapshotter cannot be called, because the
+// configuration it must be initialised with cannot be read.
+var errSnapshotLocation = errors.New("snapshot location unavailable")
+
+// pluginOperation is how the plugin layer names the operation. A
+// VolumeSnapshotter also needs its location's configuration.
+func (r *ItemOperationReconciler) pluginOperation(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState) (plugin.Operation, error) {
 	p := plugin.Operation{Kind: op.Spec.Plugin.Kind, Plugin: op.Spec.Plugin.Name, ID: op.Spec.OperationID}
 	if parent != nil && !parent.gone {
 		p.Backup, p.Restore = parent.backup, parent.restore
 	}
-	return p
+	if op.Spec.Plugin.Kind != itemopsv1alpha1.PluginKindVolumeSnapshotter {
+		return p, nil
+	}
+	if r.SnapshotLocations == nil {
+		return p, fmt.Errorf("%w: itemops was started without access to VolumeSnapshotLocations", errSnapshotLocation)
+	}
+	location, err := r.SnapshotLocations.SnapshotLocation(ctx, op.Spec.SnapshotLocation)
+	if err != nil {
+		return p, fmt.Errorf("%w: %v", errSnapshotLocation, err)
+	}
+	p.SnapshotConfig = location.Config
+	return p, nil
 }
 
 // reconcileDelete cancels an unfinished operation before letting it go.
@@ -392,7 +419,9 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 		return errStale
 	}
 	answer := "the plugin accepted the cancel request"
-	if err := r.Plugins.Cancel(ctx, pluginOperation(op, parent)); err != nil {
+	if target, err := r.pluginOperation(ctx, op, parent); err != nil {
+		answer = "the plugin could not be asked to cancel it: " + err.Error()
+	} else if err := r.Plugins.Cancel(ctx, target); err != nil {
 		answer = "the plugin could not cancel it: " + err.Error()
 	}
 	message := why + "; " + answer

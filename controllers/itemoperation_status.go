@@ -62,7 +62,11 @@ func (r *ItemOperationReconciler) initialize(op *itemopsv1alpha1.ItemOperation, 
 // poll asks the plugin for progress and maps the answer onto the status.
 func (r *ItemOperationReconciler) poll(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState, now time.Time) {
 	log := ctrl.LoggerFrom(ctx)
-	p, err := r.Plugins.Progress(ctx, pluginOperation(op, parent))
+	var p velero.OperationProgress
+	target, err := r.pluginOperation(ctx, op, parent)
+	if err == nil {
+		p, err = r.Plugins.Progress(ctx, target)
+	}
 	switch {
 	case err == nil, errors.Is(err, plugin.ErrOperationFailed):
 		op.Status.PollFailures = 0
@@ -83,6 +87,10 @@ func (r *ItemOperationReconciler) poll(ctx context.Context, op *itemopsv1alpha1.
 		// Not the operation's fault: an installation problem that can be
 		// fixed. It stays visible until fixed or until the timeout.
 		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, itemopsv1alpha1.ReasonPluginNotFound,
+			err.Error(), now)
+	case errors.Is(err, errSnapshotLocation):
+		// Like a missing plugin: fixed by the administrator, visible till then.
+		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, itemopsv1alpha1.ReasonSnapshotLocationUnavailable,
 			err.Error(), now)
 	case errors.Is(err, plugin.ErrNotSupported), errors.Is(err, plugin.ErrInvalidOperationID):
 		op.Status.Error = err.Error()

@@ -96,8 +96,21 @@ type parentCounters struct {
 	Attempted, Completed, Failed int
 }
 
-// listOperations returns the ItemOperations of the parent with this UID.
+// listOperations returns the item-action ItemOperations of the parent with
+// this UID: those Velero waits for. Volume snapshot operations are not
+// among them (see VolumeSnapshotReconciler).
 func listOperations(ctx context.Context, c client.Client, namespace string, uid types.UID) ([]itemopsv1alpha1.ItemOperation, error) {
+	ops, err := listAllOperations(ctx, c, namespace, uid)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(ops, func(op itemopsv1alpha1.ItemOperation) bool {
+		return op.Spec.Plugin.Kind == itemopsv1alpha1.PluginKindVolumeSnapshotter
+	}), nil
+}
+
+// listAllOperations returns every ItemOperation of the parent with this UID.
+func listAllOperations(ctx context.Context, c client.Client, namespace string, uid types.UID) ([]itemopsv1alpha1.ItemOperation, error) {
 	list := &itemopsv1alpha1.ItemOperationList{}
 	if err := c.List(ctx, list, client.InNamespace(namespace),
 		client.MatchingLabels{itemopsv1alpha1.LabelParentUID: string(uid)}); err != nil {

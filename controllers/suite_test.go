@@ -31,6 +31,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/itemops/itemops/internal/plugin"
+	"github.com/itemops/itemops/internal/store"
 	"github.com/itemops/itemops/test/envtest"
 )
 
@@ -97,10 +98,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	files.locations = &store.Store{Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(),
+		Namespace: envtest.VeleroNamespace, CredentialsDir: filepath.Join(dir, "credentials")}
 	if err := (&ItemOperationReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
+		SnapshotLocations:       files.locations,
 		Recorder:                mgr.GetEventRecorderFor("itemops"),
 		Clock:                   clock.RealClock{},
 		SyncFrequency:           testSync,
@@ -116,6 +120,7 @@ func run(m *testing.M) int {
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		NewBackupReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true}),
 		NewRestoreReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true}),
+		&VolumeSnapshotReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("itemops"), Store: files, Clock: clock.RealClock{}},
 	} {
 		if err := r.SetupWithManager(mgr); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -124,6 +124,9 @@ const (
 	ReasonPollFailing = "PollFailing"
 	// ReasonPluginNotFound: no discovered plugin binary serves the plugin name.
 	ReasonPluginNotFound = "PluginNotFound"
+	// ReasonSnapshotLocationUnavailable: the VolumeSnapshotLocation a
+	// VolumeSnapshotter is initialised with cannot be read.
+	ReasonSnapshotLocationUnavailable = "SnapshotLocationUnavailable"
 	// ReasonFinished: the operation is terminal.
 	ReasonFinished = "Finished"
 	// ReasonNoProgress: progress has not advanced for the stall period.

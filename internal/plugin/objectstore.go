@@ -53,6 +53,10 @@ func ObjectStoreName(provider string) string {
 	return provider
 }
 
+// VolumeSnapshotterName turns a VolumeSnapshotLocation provider into the
+// plugin name Velero resolves it to.
+func VolumeSnapshotterName(provider string) string { return ObjectStoreName(provider) }
+
 // WithObjectStore implements ObjectStores. A plugin process holds a single
 // ObjectStore per name, configured by the last Init, so sessions with the same
 // binary run one at a time: two locations' configurations never mix.

@@ -147,6 +147,9 @@ func TestEveryPluginKindIsAcceptedWithItsParentKind(t *testing.T) {
 			if tc.parent == itemopsv1alpha1.ParentKindRestore {
 				op.Spec.PostOperationItems = nil
 			}
+			if tc.plugin == itemopsv1alpha1.PluginKindVolumeSnapshotter {
+				op.Spec.SnapshotLocation = "default"
+			}
 			g.Expect(env.Client.Create(context.Background(), op)).To(Succeed())
 		})
 	}
@@ -189,6 +192,11 @@ func TestInvalidSpecIsRejected(t *testing.T) {
 			op.Spec.Parent.Kind = itemopsv1alpha1.ParentKindRestore
 			op.Spec.Plugin.Kind = itemopsv1alpha1.PluginKindRestoreItemAction
 		}, []string{"spec.postOperationItems", "postOperationItems apply only to operations of a Backup"}},
+		{"volume snapshot without its location", func(op *itemopsv1alpha1.ItemOperation) {
+			op.Spec.Plugin.Kind = itemopsv1alpha1.PluginKindVolumeSnapshotter
+		}, []string{"spec.snapshotLocation", "snapshotLocation is required for, and only for, VolumeSnapshotter operations"}},
+		{"snapshot location on an item action", func(op *itemopsv1alpha1.ItemOperation) { op.Spec.SnapshotLocation = "default" },
+			[]string{"spec.snapshotLocation", "snapshotLocation is required for, and only for, VolumeSnapshotter operations"}},
 		{"zero timeout", func(op *itemopsv1alpha1.ItemOperation) { op.Spec.Timeout = &metav1.Duration{} },
 			[]string{"spec.timeout", "timeout must be a positive duration"}},
 		{"negative timeout", func(op *itemopsv1alpha1.ItemOperation) {
@@ -302,6 +310,17 @@ func TestSpecIsImmutableButCancel(t *testing.T) {
 			expectInvalid(g, env.Client.Update(ctx, op), tc.want)
 		})
 	}
+
+	t.Run("snapshot location changed", func(t *testing.T) {
+		g := NewWithT(t)
+		ctx := context.Background()
+		op := newOperation()
+		op.Spec.Plugin.Kind = itemopsv1alpha1.PluginKindVolumeSnapshotter
+		op.Spec.SnapshotLocation = "default"
+		g.Expect(env.Client.Create(ctx, op)).To(Succeed())
+		op.Spec.SnapshotLocation = "other"
+		expectInvalid(g, env.Client.Update(ctx, op), "snapshotLocation is immutable")
+	})
 
 	t.Run("timeout added", func(t *testing.T) {
 		g := NewWithT(t)

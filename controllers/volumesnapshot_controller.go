@@ -1,0 +1,322 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/store"
+)
+
+// +kubebuilder:rbac:groups=velero.io,namespace=velero,resources=volumesnapshotlocations,verbs=get;list;watch
+
+// SnapshotStore reads the native volume snapshots Velero recorded for a
+// backup and the locations they were taken with; *store.Store is the real one.
+type SnapshotStore interface {
+	BackupVolumeSnapshots(ctx context.Context, backup *velerov1api.Backup) ([]store.VolumeSnapshot, error)
+	SnapshotLocations
+}
+
+var _ SnapshotStore = (*store.Store)(nil)
+
+// Event reasons of the volume snapshot reconciler, on Backups.
+const (
+	reasonSnapshotsIngested    = "VolumeSnapshotsIngested"
+	reasonSnapshotsUnreadable  = "VolumeSnapshotsFileUnreadable"
+	reasonSnapshotIgnored      = "VolumeSnapshotRecordIgnored"
+	reasonSnapshotsDurable     = "VolumeSnapshotsDurable"
+	reasonSnapshotsNotDurable  = "VolumeSnapshotsNotDurable"
+	snapshotResource           = "persistentvolumes"
+	snapshotOperationKindInKey = "VolumeSnapshotter/"
+)
+
+// VolumeSnapshotReconciler follows the native volume snapshots of Backups
+// until their data is durable: one ItemOperation of plugin kind
+// VolumeSnapshotter per snapshot Velero recorded in
+// <backup>-volumesnapshots.json.gz, the snapshot ID as operation ID, polled
+// through the plugin's VolumeSnapshotter v2 Progress.
+//
+// Velero takes native snapshots with the v1 interface and does not wait for
+// them: a Backup may be Completed while its snapshots still upload. So this
+// reconciler never moves a Backup's phase, in either mode; it reports
+// durability as ItemOperations and as events on the Backup.
+type VolumeSnapshotReconciler struct {
+	Client   client.Client
+	Recorder record.EventRecorder
+	Store    SnapshotStore
+	Clock    clock.Clock
+
+	reported sync.Map // backup namespace/name -> uid and summary last reported, so each is told once
+}
+
+// reportedSummary is what was last reported of a backup.
+type reportedSummary struct {
+	uid     types.UID
+	summary string
+}
+
+// forget drops what was reported of a backup that is gone.
+func (r *VolumeSnapshotReconciler) forget(key types.NamespacedName) { r.reported.Delete(key) }
+
+// SetupWithManager registers the reconciler; a change of a snapshot's
+// ItemOperation wakes its Backup.
+func (r *VolumeSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("volumesnapshot").
+		For(&velerov1api.Backup{}).
+		Watches(&itemopsv1alpha1.ItemOperation{}, handler.EnqueueRequestsFromMapFunc(parentRequestForOperation(itemopsv1alpha1.ParentKindBackup))).
+		Complete(r)
+}
+
+// snapshotsWritten reports whether Velero has uploaded a backup's volume
+// snapshots file: it does so before it leaves InProgress.
+func snapshotsWritten(phase velerov1api.BackupPhase) bool {
+	switch phase {
+	case velerov1api.BackupPhaseWaitingForPluginOperations, velerov1api.BackupPhaseWaitingForPluginOperationsPartiallyFailed,
+		velerov1api.BackupPhaseFinalizing, velerov1api.BackupPhaseFinalizingPartiallyFailed,
+		velerov1api.BackupPhaseCompleted, velerov1api.BackupPhasePartiallyFailed:
+		return true
+	}
+	return false
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *VolumeSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	backup := &velerov1api.Backup{}
+	if err := r.Client.Get(ctx, req.NamespacedName, backup); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	expected := backup.Status.VolumeSnapshotsCompleted
+	if expected == 0 || !snapshotsWritten(backup.Status.Phase) {
+		return ctrl.Result{}, nil
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("backup", klog.KObj(backup)))
+	ops, err := r.snapshotOperations(ctx, backup)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(ops) < expected && r.Store != nil && r.Clock.Now().Before(snapshotDeadline(backup)) {
+		// Snapshots older than the timeout would only be timed out: a
+		// backup from before itemops was installed costs nothing.
+		ignored, err := r.ingest(ctx, backup, ops)
+		if err != nil {
+			r.Recorder.Eventf(backup, corev1.EventTypeWarning, reasonSnapshotsUnreadable, "%v", err)
+			return ctrl.Result{}, retryable(err)
+		}
+		if ops, err = r.snapshotOperations(ctx, backup); err != nil {
+			return ctrl.Result{}, err
+		}
+		expected = min(expected, len(ops)+ignored)
+	}
+	r.reportDurability(backup, ops, expected)
+	return ctrl.Result{}, nil
+}
+
+// snapshotDeadline is when the snapshots of a backup have timed out.
+func snapshotDeadline(backup *velerov1api.Backup) time.Time {
+	start := backup.CreationTimestamp.Time
+	if backup.Status.StartTimestamp != nil {
+		start = backup.Status.StartTimestamp.Time
+	}
+	timeout := backup.Spec.ItemOperationTimeout.Duration
+	if timeout <= 0 {
+		timeout = DefaultOperationTimeout
+	}
+	return start.Add(timeout)
+}
+
+// snapshotOperations returns the VolumeSnapshotter ItemOperations of a backup.
+func (r *VolumeSnapshotReconciler) snapshotOperations(ctx context.Context, backup *velerov1api.Backup) ([]itemopsv1alpha1.ItemOperation, error) {
+	ops, err := listAllOperations(ctx, r.Client, backup.Namespace, backup.UID)
+	if err != nil {
+		return nil, err
+	}
+	out := ops[:0]
+	for _, op := range ops {
+		if op.Spec.Plugin.Kind == itemopsv1alpha1.PluginKindVolumeSnapshotter {
+			out = append(out, op)
+		}
+	}
+	return out, nil
+}
+
+// ingest creates the ItemOperation of every snapshot Velero took that has
+// none yet, and returns how many taken snapshots cannot have one.
+func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1api.Backup, existing []itemopsv1alpha1.ItemOperation) (int, error) {
+	snapshots, err := r.Store.BackupVolumeSnapshots(ctx, backup)
+	if err != nil {
+		return 0, err
+	}
+	have := map[string]bool{}
+	for _, op := range existing {
+		have[op.Name] = true
+	}
+	plugins := map[string]string{} // location -> plugin name
+	created, ignored := 0, 0
+	for i, snap := range snapshots {
+		if snap.SnapshotID == "" || snap.Phase == "Failed" {
+			continue // CreateSnapshot failed: Velero already counted it, nothing uploads
+		}
+		if snap.BackupUID != "" && snap.BackupUID != string(backup.UID) {
+			r.Recorder.Eventf(backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
+				"record %d of the volume snapshots file belongs to Backup UID %s, not this one; ignored", i, snap.BackupUID)
+			continue
+		}
+		name, ok := plugins[snap.Location]
+		if !ok {
+			location, err := r.Store.SnapshotLocation(ctx, snap.Location)
+			if err != nil && !errors.Is(err, store.ErrNoSnapshotLocation) {
+				return 0, err
+			}
+			name = location.Plugin
+			plugins[snap.Location] = name
+		}
+		if name == "" {
+			ignored++
+			r.Recorder.Eventf(backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
+				"snapshot %s of PersistentVolume %s cannot be followed: its VolumeSnapshotLocation %q does not exist",
+				snap.SnapshotID, snap.PersistentVolumeName, snap.Location)
+			continue
+		}
+		op, err := newSnapshotOperation(backup, i, name, snap)
+		if err != nil {
+			return 0, err
+		}
+		if have[op.Name] {
+			continue
+		}
+		if err := r.Client.Create(ctx, op); err != nil {
+			switch {
+			case apierrors.IsAlreadyExists(err):
+				continue
+			case apierrors.IsInvalid(err):
+				ignored++
+				r.Recorder.Eventf(backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
+					"snapshot %q of PersistentVolume %s cannot be followed: %v", snap.SnapshotID, snap.PersistentVolumeName, err)
+				continue
+			}
+			return 0, fmt.Errorf("creating ItemOperation %s: %w", op.Name, err)
+		}
+		created++
+	}
+	if created > 0 {
+		ctrl.LoggerFrom(ctx).Info("ingested volume snapshots", "created", created, "records", len(snapshots))
+		r.Recorder.Eventf(backup, corev1.EventTypeNormal, reasonSnapshotsIngested,
+			"following %d volume snapshots until their data is durable", created)
+	}
+	return ignored, nil
+}
+
+// newSnapshotOperation is the ItemOperation of one volume snapshot. Its
+// timeout clock runs from the backup's start, as the snapshot was taken
+// during the backup.
+func newSnapshotOperation(backup *velerov1api.Backup, index int, pluginName string, snap store.VolumeSnapshot) (*itemopsv1alpha1.ItemOperation, error) {
+	seed := itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseNew, Created: backup.Status.StartTimestamp.DeepCopy()}
+	if seed.Created == nil {
+		seed.Created = backup.CreationTimestamp.DeepCopy()
+	}
+	status, err := json.Marshal(seed)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the snapshot's status: %w", err)
+	}
+	gvk := velerov1api.SchemeGroupVersion.WithKind("Backup")
+	return &itemopsv1alpha1.ItemOperation{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: backup.Namespace,
+			Name:      operationName(backup.Name, string(backup.UID), snapshotOperationKindInKey+pluginName, snap.SnapshotID),
+			Labels: map[string]string{
+				itemopsv1alpha1.LabelParentKind: string(itemopsv1alpha1.ParentKindBackup),
+				itemopsv1alpha1.LabelParentName: labelValue(backup.Name),
+				itemopsv1alpha1.LabelParentUID:  string(backup.UID),
+			},
+			Annotations: map[string]string{
+				itemopsv1alpha1.AnnotationRecordIndex:  strconv.Itoa(index),
+				itemopsv1alpha1.AnnotationRecordStatus: string(status),
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: backup.Name, UID: backup.UID,
+			}},
+		},
+		Spec: itemopsv1alpha1.ItemOperationSpec{
+			Parent:           itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: backup.Name, UID: string(backup.UID)},
+			Plugin:           itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindVolumeSnapshotter, Name: pluginName},
+			OperationID:      snap.SnapshotID,
+			Resource:         itemopsv1alpha1.ResourceIdentifier{Resource: snapshotResource, Name: snap.PersistentVolumeName},
+			SnapshotLocation: snap.Location,
+		},
+	}, nil
+}
+
+// reportDurability tells, once, whether every snapshot of the backup became
+// durable, when the last of them finished.
+func (r *VolumeSnapshotReconciler) reportDurability(backup *velerov1api.Backup, ops []itemopsv1alpha1.ItemOperation, expected int) {
+	if len(ops) == 0 || len(ops) < expected {
+		return
+	}
+	durable, failed := 0, []string{}
+	for _, op := range ops {
+		switch op.Status.Phase {
+		case itemopsv1alpha1.OperationPhaseCompleted:
+			durable++
+		case itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseCanceled:
+			failed = append(failed, op.Spec.Resource.Name)
+		default:
+			return // still uploading
+		}
+	}
+	key := types.NamespacedName{Namespace: backup.Namespace, Name: backup.Name}
+	now := reportedSummary{uid: backup.UID, summary: fmt.Sprintf("%d/%d", durable, len(ops))}
+	if last, ok := r.reported.Load(key); ok && last == now {
+		return
+	}
+	r.reported.Store(key, now)
+	if len(failed) == 0 {
+		r.Recorder.Eventf(backup, corev1.EventTypeNormal, reasonSnapshotsDurable,
+			"all %d volume snapshots are durable", len(ops))
+		return
+	}
+	r.Recorder.Eventf(backup, corev1.EventTypeWarning, reasonSnapshotsNotDurable,
+		"%d of %d volume snapshots did not become durable (PersistentVolumes %v); see their ItemOperations",
+		len(failed), len(ops), failed)
+}
