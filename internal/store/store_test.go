@@ -414,3 +414,58 @@ func TestCredentialFilesArePrivate(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(content).To(Equal(s3.Credentials()))
 }
+
+func TestVolumeSnapshotsAreReadInVelerosLayout(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	s := newStore(t)
+	bsl := location(t)
+	b := backupIn(bsl.Name)
+
+	got, err := s.BackupVolumeSnapshots(ctx, b)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(BeEmpty(), "no file: no native snapshots")
+
+	// As Velero's backup controller writes it (internal/volume.Snapshot).
+	file := `[{"spec":{"backupName":"` + b.Name + `","backupUID":"` + string(b.UID) + `","location":"ebs","persistentVolumeName":"pv-1",` +
+		`"providerVolumeID":"vol-1","volumeType":"gp3","volumeAZ":"us-east-1a"},"status":{"providerSnapshotID":"snap-1","phase":"Completed"}},` +
+		`{"spec":{"backupName":"` + b.Name + `","backupUID":"` + string(b.UID) + `","location":"ebs","persistentVolumeName":"pv-2",` +
+		`"providerVolumeID":"vol-2","volumeType":"gp3"},"status":{"phase":"Failed"}}]`
+	putRaw(t, bsl, "backups/"+b.Name+"/"+b.Name+"-volumesnapshots.json.gz", gzipped([]byte(file)))
+	got, err = s.BackupVolumeSnapshots(ctx, b)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal([]store.VolumeSnapshot{
+		{BackupUID: string(b.UID), Location: "ebs", PersistentVolumeName: "pv-1", ProviderVolumeID: "vol-1", SnapshotID: "snap-1", Phase: "Completed"},
+		{BackupUID: string(b.UID), Location: "ebs", PersistentVolumeName: "pv-2", ProviderVolumeID: "vol-2", Phase: "Failed"},
+	}))
+
+	putRaw(t, bsl, "backups/"+b.Name+"/"+b.Name+"-volumesnapshots.json.gz", []byte("not gzip"))
+	_, err = s.BackupVolumeSnapshots(ctx, b)
+	g.Expect(errors.Is(err, store.ErrMalformed)).To(BeTrue(), "got %v", err)
+}
+
+func TestSnapshotLocationGivesPluginAndConfigAsVeleroDoes(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	s := newStore(t)
+	name := fmt.Sprintf("vsl-%d", next())
+	vsl := &velerov1api.VolumeSnapshotLocation{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: envtest.VeleroNamespace},
+		Spec: velerov1api.VolumeSnapshotLocationSpec{Provider: "aws", Config: map[string]string{"region": "us-east-1"},
+			Credential: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secretName}, Key: secretKey}},
+	}
+	g.Expect(env.Client.Create(ctx, vsl)).To(Succeed())
+
+	got, err := s.SnapshotLocation(ctx, name)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Plugin).To(Equal("velero.io/aws"))
+	g.Expect(got.Config).To(HaveKeyWithValue("region", "us-east-1"))
+	g.Expect(got.Config).To(HaveKey("credentialsFile"))
+	content, err := os.ReadFile(got.Config["credentialsFile"])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(content).To(Equal(s3.Credentials()))
+	g.Expect(vsl.Spec.Config).NotTo(HaveKey("credentialsFile"), "the location itself is not changed")
+
+	_, err = s.SnapshotLocation(ctx, "no-such-location")
+	g.Expect(errors.Is(err, store.ErrNoSnapshotLocation)).To(BeTrue(), "got %v", err)
+}
