@@ -50,7 +50,7 @@ func pv(name string, annotations map[string]string) *unstructured.Unstructured {
 	obj.SetAPIVersion("v1")
 	obj.SetKind("PersistentVolume")
 	obj.SetName(name)
-	obj.SetLabels(map[string]string{sim.LabelSelect: "true"})
+	obj.SetLabels(map[string]string{sim.LabelSnapshot: "true"})
 	obj.SetAnnotations(annotations)
 	return obj
 }

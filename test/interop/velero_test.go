@@ -33,6 +33,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -437,4 +438,125 @@ func TestDemoBacksUpWithTheRealVelero(t *testing.T) {
 	g.Expect(string(out)).To(ContainSubstring("starting velero server v1.18.3"))
 	g.Expect(string(out)).To(MatchRegexp(`shop/search-index\s+Failed\s+2.4Gi/4Gi`))
 	g.Expect(string(out)).To(ContainSubstring("Backup nightly-demo reached PartiallyFailed."))
+}
+
+// snapshotNamespace creates a namespace with one bound PVC per annotation
+// set, each on a PersistentVolume the sample snapshotter claims, so that
+// Velero takes a native snapshot of it.
+func snapshotNamespace(t *testing.T, name string, volumes ...map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, annotations := range volumes {
+		pvName := fmt.Sprintf("%s-pv-%d", name, i)
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: pvName, Labels: map[string]string{sim.LabelSnapshot: "yes"}, Annotations: annotations},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/data/" + pvName}},
+				ClaimRef:               &corev1.ObjectReference{Namespace: name, Name: fmt.Sprintf("data-%d", i)},
+			},
+		}
+		if err := env.Client.Create(ctx, pv); err != nil {
+			t.Fatal(err)
+		}
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("data-%d", i), Namespace: name},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				VolumeName:  pvName,
+			},
+		}
+		if err := env.Client.Create(ctx, pvc); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(pvc.DeepCopy())
+		pvc.Status.Phase = corev1.ClaimBound
+		if err := env.Client.Status().Patch(ctx, pvc, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestNativeSnapshotsVeleroTakesAreFollowedUntilDurable: Velero takes the
+// snapshots through the sample's v1 VolumeSnapshotter and completes the
+// backup without waiting for them; itemops follows each snapshot's upload
+// through the same binary's VolumeSnapshotter v2 and reports it.
+func TestNativeSnapshotsVeleroTakesAreFollowedUntilDurable(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	startVelero(t)
+	g.Expect(waitForLocation(ctx)).To(Succeed())
+	itemops := startItemops(t, "observe")
+
+	vsl := &velerov1api.VolumeSnapshotLocation{
+		ObjectMeta: metav1.ObjectMeta{Name: "sample-disks", Namespace: envtest.VeleroNamespace},
+		Spec:       velerov1api.VolumeSnapshotLocationSpec{Provider: "itemops.io/sample-snapshotter", Config: map[string]string{"region": "lab"}},
+	}
+	g.Expect(env.Client.Create(ctx, vsl)).To(Succeed())
+	snapshotNamespace(t, "disks",
+		map[string]string{sim.AnnotationSize: "4Mi", sim.AnnotationSpeed: "1Mi"},
+		map[string]string{sim.AnnotationSize: "4Mi", sim.AnnotationSpeed: "1Mi"})
+	b := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: "disks-1", Namespace: envtest.VeleroNamespace},
+		Spec: velerov1api.BackupSpec{IncludedNamespaces: []string{"disks"}, StorageLocation: veleroenv.Location,
+			VolumeSnapshotLocations: []string{vsl.Name}, ItemOperationTimeout: metav1.Duration{Duration: time.Hour}},
+	}
+	g.Expect(env.Client.Create(ctx, b)).To(Succeed())
+
+	// Velero took both snapshots and finished the backup without them.
+	g.Eventually(backupPhase(b), 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhaseCompleted))
+	done := backupNow(g, b)
+	g.Expect(done.Status.VolumeSnapshotsAttempted).To(Equal(2))
+	g.Expect(done.Status.VolumeSnapshotsCompleted).To(Equal(2))
+
+	snapshots := func(g Gomega) []itemopsv1alpha1.ItemOperation {
+		var out []itemopsv1alpha1.ItemOperation
+		for _, op := range operationsOf(g, string(done.UID)) {
+			if op.Spec.Plugin.Kind == itemopsv1alpha1.PluginKindVolumeSnapshotter {
+				out = append(out, op)
+			}
+		}
+		return out
+	}
+	var ops []itemopsv1alpha1.ItemOperation
+	g.Eventually(func(g Gomega) {
+		ops = snapshots(g)
+		g.Expect(ops).To(HaveLen(2))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	for _, op := range ops {
+		g.Expect(op.Spec.Plugin).To(Equal(itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindVolumeSnapshotter, Name: "itemops.io/sample-snapshotter"}))
+		g.Expect(op.Spec.SnapshotLocation).To(Equal(vsl.Name))
+		g.Expect(op.Spec.Resource.Resource).To(Equal("persistentvolumes"))
+		st := pluginState(g, op.Spec.OperationID)
+		g.Expect(st.Item).To(Equal("vol-" + op.Spec.Resource.Name), "the snapshot Velero took of that volume")
+		g.Expect(st.Size).To(Equal(int64(4 << 20)), "the PersistentVolume's annotations reached the snapshot")
+	}
+	// Still uploading when Velero called the backup Completed.
+	g.Expect(ops[0].Status.Phase).NotTo(Equal(itemopsv1alpha1.OperationPhaseCompleted))
+
+	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase {
+		var phases []itemopsv1alpha1.OperationPhase
+		for _, op := range snapshots(g) {
+			phases = append(phases, op.Status.Phase)
+		}
+		return phases
+	}, 30*time.Second, 200*time.Millisecond).Should(HaveEach(itemopsv1alpha1.OperationPhaseCompleted))
+	g.Eventually(func(g Gomega) []string {
+		list := &corev1.EventList{}
+		g.Expect(env.Client.List(ctx, list, client.InNamespace(envtest.VeleroNamespace))).To(Succeed())
+		var reasons []string
+		for _, e := range list.Items {
+			if e.InvolvedObject.UID == done.UID {
+				reasons = append(reasons, e.Reason)
+			}
+		}
+		return reasons
+	}, 10*time.Second, 200*time.Millisecond).Should(ContainElement("VolumeSnapshotsDurable"))
+	g.Expect(backupNow(g, b).Status.Phase).To(Equal(velerov1api.BackupPhaseCompleted))
+	g.Expect(itemops.output.String()).To(ContainSubstring("ingested volume snapshots"))
 }

@@ -38,7 +38,7 @@ const AnnotationVolumeID = "itemops.io/sample-volume-id"
 var errNotInitialised = errors.New("the snapshotter was not initialised: Init must come first")
 
 // snapshotter takes simulated snapshots of PersistentVolumes labelled with
-// sim.LabelSelect; each snapshot "uploads" over time as the volume's
+// sim.LabelSnapshot; each snapshot "uploads" over time as the volume's
 // annotations say, like an EBS snapshot that stays pending until copied.
 type snapshotter struct {
 	log   logrus.FieldLogger
@@ -75,7 +75,7 @@ func (s *snapshotter) Init(config map[string]string) error {
 // annotations for CreateSnapshot; other volumes are not this snapshotter's.
 func (s *snapshotter) GetVolumeID(pv runtime.Unstructured) (string, error) {
 	obj := &unstructured.Unstructured{Object: pv.UnstructuredContent()}
-	if _, ok := obj.GetLabels()[sim.LabelSelect]; !ok {
+	if _, ok := obj.GetLabels()[sim.LabelSnapshot]; !ok {
 		return "", nil
 	}
 	volumeID := "vol-" + obj.GetName()

@@ -45,6 +45,9 @@ import (
 const (
 	// LabelSelect marks the items the sample actions act on (any value).
 	LabelSelect = "itemops.io/sample-operation"
+	// LabelSnapshot marks the PersistentVolumes the sample snapshotter
+	// takes snapshots of (any value); the same annotations drive them.
+	LabelSnapshot = "itemops.io/sample-snapshot"
 	// AnnotationSize is the bytes to move, a quantity such as 10Gi. Default 1Gi.
 	AnnotationSize = "itemops.io/sample-size"
 	// AnnotationSpeed is bytes per second, a quantity such as 100Mi. Default 100Mi.
