@@ -533,8 +533,8 @@ func TestNativeSnapshotsVeleroTakesAreFollowedUntilDurable(t *testing.T) {
 		g.Expect(op.Spec.SnapshotLocation).To(Equal(vsl.Name))
 		g.Expect(op.Spec.Resource.Resource).To(Equal("persistentvolumes"))
 		st := pluginState(g, op.Spec.OperationID)
-		g.Expect(st.Item).To(Equal("vol-" + op.Spec.Resource.Name), "the snapshot Velero took of that volume")
-		g.Expect(st.Size).To(Equal(int64(4 << 20)), "the PersistentVolume's annotations reached the snapshot")
+		g.Expect(st.Item).To(Equal("vol-"+op.Spec.Resource.Name), "the snapshot Velero took of that volume")
+		g.Expect(st.Size).To(Equal(int64(4<<20)), "the PersistentVolume's annotations reached the snapshot")
 	}
 	// Still uploading when Velero called the backup Completed.
 	g.Expect(ops[0].Status.Phase).NotTo(Equal(itemopsv1alpha1.OperationPhaseCompleted))
