@@ -19,9 +19,11 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -136,7 +138,7 @@ func TestVolumeSnapshotterV2ProgressCompletes(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(p.NTotal).To(Equal(int64(10 << 20)))
 	g.Expect(p.OperationUnits).To(Equal("Bytes"))
-	g.Expect(p.Description).To(Equal("snapshoting"))
+	g.Expect(p.Description).To(Equal("snapshoting in lab"), "answered by the instance Init configured")
 	g.Eventually(func(g Gomega) {
 		p, err := m.Progress(ctx, snapshot(id))
 		g.Expect(err).NotTo(HaveOccurred())
@@ -248,4 +250,49 @@ func TestUnknownVolumeSnapshotterIsNotFound(t *testing.T) {
 	g.Expect(errors.Is(m.Cancel(context.Background(), op), ErrPluginNotFound)).To(BeTrue())
 	_, err = m.VolumeSnapshotter("example.io/missing")
 	g.Expect(errors.Is(err, ErrPluginNotFound)).To(BeTrue(), "got %v", err)
+}
+
+func TestConfigKeyIgnoresOrderButNotContent(t *testing.T) {
+	g := NewWithT(t)
+	a := map[string]string{"region": "us-east-1", "profile": "default"}
+	b := map[string]string{"profile": "default", "region": "us-east-1"}
+	g.Expect(configKey(a)).To(Equal(configKey(b)))
+	g.Expect(configKey(map[string]string{"a": "bc"})).NotTo(Equal(configKey(map[string]string{"ab": "c"})))
+	g.Expect(configKey(nil)).To(Equal(configKey(map[string]string{})))
+	g.Expect(configKey(a)).NotTo(Equal(configKey(map[string]string{"region": "us-east-2", "profile": "default"})))
+}
+
+func TestLocationsWithDifferentConfigsNeverMix(t *testing.T) {
+	g := NewWithT(t)
+	m, _ := newManager(t, pluginDir(t, "sample"), 10*time.Second)
+	id := takeSnapshot(t, m, "pv-shared", map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
+
+	// One process holds one instance of the snapshotter: callers of two
+	// locations at once must each be answered under their own configuration.
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for i := range 10 {
+		region := []string{"east", "west"}[i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			op := snapshot(id)
+			op.SnapshotConfig = map[string]string{"region": region}
+			for range 10 {
+				p, err := m.Progress(context.Background(), op)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if p.Description != "snapshoting in "+region {
+					errs <- fmt.Errorf("a caller of %s was answered %q", region, p.Description)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		g.Expect(err).NotTo(HaveOccurred())
+	}
 }

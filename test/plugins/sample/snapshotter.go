@@ -112,10 +112,19 @@ func (s *snapshotter) CreateSnapshot(volumeID, _ string, tags map[string]string)
 // Progress, like a cloud provider's snapshotter, needs the configuration
 // Init gave it: it fails on an instance that was never initialised.
 func (s *snapshotter) Progress(snapshotID string) (velero.OperationProgress, error) {
-	if !s.initialised() {
+	s.mu.Lock()
+	config := s.config
+	s.mu.Unlock()
+	if config == nil {
 		return velero.OperationProgress{}, errNotInitialised
 	}
-	return s.store.Progress(snapshotID)
+	p, err := s.store.Progress(snapshotID)
+	if region := config["region"]; region != "" {
+		// Says which configuration answered, as a real snapshotter asks its
+		// location's region.
+		p.Description += " in " + region
+	}
+	return p, err
 }
 
 func (s *snapshotter) Cancel(snapshotID string) error {
