@@ -39,6 +39,7 @@ import (
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/controllers"
+	"github.com/itemops/itemops/internal/metrics"
 	"github.com/itemops/itemops/internal/options"
 	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/store"
@@ -100,6 +101,7 @@ func main() {
 		Dir:         opts.PluginDir,
 		CallTimeout: opts.PluginCallTimeout,
 		Log:         ctrl.Log.WithName("plugins"),
+		OnRestart:   metrics.PluginRestarted,
 	})
 	plugins.Discover(ctrl.LoggerInto(context.Background(), log))
 	if err := mgr.Add(plugins); err != nil {
@@ -170,6 +172,8 @@ func main() {
 			os.Exit(1)
 		}
 	}
+
+	metrics.Register(mgr.GetClient(), opts.VeleroNamespace)
 
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "adding the health check")

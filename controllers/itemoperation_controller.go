@@ -38,9 +38,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
-	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/metrics"
 	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/store"
 )
@@ -154,8 +154,7 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if op.Status.Phase == "" {
 		// Read from an operations file in which it had already finished:
 		// record that, and there is nothing to poll or cancel.
-		if rec, err := recordStatus(op); err == nil && rec != nil &&
-			(rec.Phase == itemoperation.OperationPhaseCompleted || rec.Phase == itemoperation.OperationPhaseFailed) {
+		if finishedBeforeIngestion(op) {
 			original, now := op.DeepCopy(), r.Clock.Now()
 			r.initialize(op, now)
 			return ctrl.Result{}, r.writeStatus(ctx, original, op, now)
@@ -419,9 +418,15 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 		return errStale
 	}
 	answer := "the plugin accepted the cancel request"
-	if target, err := r.pluginOperation(ctx, op, parent); err != nil {
+	target, err := r.pluginOperation(ctx, op, parent)
+	if err == nil {
+		err = r.Plugins.Cancel(ctx, target)
+	}
+	metrics.CancelCall(op.Spec.Plugin.Kind, op.Spec.Plugin.Name, reason, callResult(err))
+	switch {
+	case errors.Is(err, errSnapshotLocation):
 		answer = "the plugin could not be asked to cancel it: " + err.Error()
-	} else if err := r.Plugins.Cancel(ctx, target); err != nil {
+	case err != nil:
 		answer = "the plugin could not cancel it: " + err.Error()
 	}
 	message := why + "; " + answer

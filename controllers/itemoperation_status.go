@@ -33,6 +33,7 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/metrics"
 	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/progress"
 )
@@ -65,7 +66,9 @@ func (r *ItemOperationReconciler) poll(ctx context.Context, op *itemopsv1alpha1.
 	var p velero.OperationProgress
 	target, err := r.pluginOperation(ctx, op, parent)
 	if err == nil {
+		start := r.Clock.Now()
 		p, err = r.Plugins.Progress(ctx, target)
+		metrics.ProgressCall(op.Spec.Plugin.Kind, op.Spec.Plugin.Name, callResult(err), r.Clock.Since(start))
 	}
 	switch {
 	case err == nil, errors.Is(err, plugin.ErrOperationFailed):
@@ -188,14 +191,18 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 	}
 	if original.Status.Phase != op.Status.Phase {
 		r.phaseEvent(op)
+		if op.Status.Phase.IsTerminal() && !finishedBeforeIngestion(op) {
+			metrics.OperationFinished(op)
+		}
 	}
 	if changedTo(original, op, itemopsv1alpha1.ConditionStalled, metav1.ConditionTrue) {
 		c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionStalled)
 		r.Recorder.Event(op, corev1.EventTypeWarning, "Stalled", c.Message)
 	}
 	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil &&
-		c.Reason == itemopsv1alpha1.ReasonPluginNotFound && !hasReason(original, itemopsv1alpha1.ConditionProgressing, c.Reason) {
-		r.Recorder.Event(op, corev1.EventTypeWarning, itemopsv1alpha1.ReasonPluginNotFound, c.Message)
+		(c.Reason == itemopsv1alpha1.ReasonPluginNotFound || c.Reason == itemopsv1alpha1.ReasonSnapshotLocationUnavailable) &&
+		!hasReason(original, itemopsv1alpha1.ConditionProgressing, c.Reason) {
+		r.Recorder.Event(op, corev1.EventTypeWarning, c.Reason, c.Message)
 	}
 	return nil
 }
@@ -280,4 +287,31 @@ func seedFromRecord(op *itemopsv1alpha1.ItemOperation, now time.Time) {
 	if s.NTotal > 0 {
 		s.Progress = progress.Format(s.NCompleted, s.NTotal, s.OperationUnits)
 	}
+}
+
+// callResult is the result label of a plugin call's metrics.
+func callResult(err error) string {
+	switch {
+	case err == nil:
+		return metrics.ResultOK
+	case errors.Is(err, errSnapshotLocation):
+		return metrics.ResultLocation
+	case errors.Is(err, plugin.ErrOperationFailed):
+		return metrics.ResultOperationFailed
+	case errors.Is(err, plugin.ErrPluginNotFound):
+		return metrics.ResultPluginNotFound
+	case errors.Is(err, plugin.ErrNotSupported):
+		return metrics.ResultNotSupported
+	case errors.Is(err, plugin.ErrInvalidOperationID):
+		return metrics.ResultInvalidOperation
+	}
+	return metrics.ResultTransport
+}
+
+// finishedBeforeIngestion reports whether op was read from an operations
+// file in which it had already finished: itemops did not see it end.
+func finishedBeforeIngestion(op *itemopsv1alpha1.ItemOperation) bool {
+	rec, err := recordStatus(op)
+	return err == nil && rec != nil &&
+		(rec.Phase == itemoperation.OperationPhaseCompleted || rec.Phase == itemoperation.OperationPhaseFailed)
 }

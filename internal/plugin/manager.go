@@ -81,6 +81,9 @@ type Options struct {
 	Log logr.Logger
 	// Clock decides restart backoff; the real clock when nil.
 	Clock clock.Clock
+	// OnRestart, when set, is told the binary of every process found dead
+	// and started again.
+	OnRestart func(binary string)
 }
 
 // Manager discovers plugins, keeps one process per plugin binary and calls

@@ -154,6 +154,9 @@ func (p *process) launchOrJoin() (*launch, error) {
 		}
 		p.notBefore = now.Add(restartBackoff(p.failures))
 		p.m.restarts.Add(1)
+		if p.m.opts.OnRestart != nil {
+			p.m.opts.OnRestart(filepath.Base(p.path))
+		}
 		p.m.log.Info("plugin process exited; restarting it", "binary", p.path,
 			"ranFor", now.Sub(r.started).Round(time.Millisecond).String(), "exitsInARow", p.failures)
 	}

@@ -33,7 +33,7 @@ func Format(done, total int64, units string) string {
 	}
 	amount := func(n int64) string { return fmt.Sprintf("%d", n) }
 	suffix := ""
-	if isBytes(units) {
+	if IsBytes(units) {
 		amount = bytes
 	} else if units != "" {
 		suffix = " " + units
@@ -45,7 +45,8 @@ func Format(done, total int64, units string) string {
 	return fmt.Sprintf("%s/%s%s (%d%%)", amount(done), amount(total), suffix, percent)
 }
 
-func isBytes(units string) bool {
+// IsBytes reports whether units are bytes, however a plugin spells them.
+func IsBytes(units string) bool {
 	switch strings.ToLower(units) {
 	case "bytes", "byte", "b":
 		return true

@@ -144,3 +144,39 @@ func TestObserveModeNeverWritesToTheBackup(t *testing.T) {
 		return got.ResourceVersion
 	}, 2*time.Second, 200*time.Millisecond).Should(Equal(before))
 }
+
+func TestMetricsCountOperationsAndPluginCalls(t *testing.T) {
+	g := NewWithT(t)
+	pluginDir, err := buildPlugins()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
+	b, _ := waitingBackup(t, "measured", []map[string]string{
+		{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
+		{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi", sim.AnnotationFailAt: "10"},
+		{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"},
+	})
+	address := freeAddress(t)
+	m := startManager(t, pluginDir, "--mode=observe", "--metrics-bind-address="+address)
+	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
+		Should(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseInProgress),
+			"manager output:\n%s", m.output.String())
+
+	const bia = `plugin="itemops.io/sample-datamover",plugin_kind="BackupItemAction"`
+	g.Eventually(func(g Gomega) string {
+		_, body, err := get("http://" + address + "/metrics")
+		g.Expect(err).NotTo(HaveOccurred())
+		return body
+	}, 10*time.Second, 200*time.Millisecond).Should(And(
+		ContainSubstring(`itemops_operations{parent_kind="Backup",phase="Completed",`+bia+`} 1`),
+		ContainSubstring(`itemops_operations{parent_kind="Backup",phase="Failed",`+bia+`} 1`),
+		ContainSubstring(`itemops_operations{parent_kind="Backup",phase="InProgress",`+bia+`} 1`),
+		ContainSubstring(`itemops_operation_bytes_total{`+bia+`} 1.073741824e+10`),
+		ContainSubstring(`itemops_operations_stalled{`+bia+`} 0`),
+		MatchRegexp(`itemops_progress_calls_total\{`+bia+`,result="ok"\} [1-9]`),
+		ContainSubstring(`itemops_progress_calls_total{`+bia+`,result="operation_failed"} 1`),
+		ContainSubstring(`itemops_operation_duration_seconds_count{`+bia+`,result="Completed"} 1`),
+		ContainSubstring(`itemops_operation_duration_seconds_count{`+bia+`,result="Failed"} 1`),
+		MatchRegexp(`itemops_progress_call_duration_seconds_count\{`+bia+`\} [1-9]`),
+		ContainSubstring(`itemops_operations_scrape_error 0`),
+	))
+}

@@ -1,0 +1,202 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package metrics holds itemops' Prometheus metrics, served by
+// controller-runtime's metrics endpoint. Events of the reconcilers (polls,
+// cancels, finished operations, plugin restarts) are counted as they happen;
+// the state of all ItemOperations (how many per phase, stalled, bytes moved)
+// is computed from the informer cache at each scrape, so it is never stale
+// and never drifts after a restart.
+package metrics
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/progress"
+)
+
+// Call results, the result label of the call metrics.
+const (
+	ResultOK               = "ok"
+	ResultOperationFailed  = "operation_failed"
+	ResultPluginNotFound   = "plugin_not_found"
+	ResultNotSupported     = "not_supported"
+	ResultInvalidOperation = "invalid_operation_id"
+	ResultTransport        = "transport_error"
+	ResultLocation         = "location_unavailable"
+)
+
+var (
+	progressCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "itemops_progress_calls_total",
+		Help: "Progress calls made to plugins, by plugin and result.",
+	}, []string{"plugin_kind", "plugin", "result"})
+
+	progressCallDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "itemops_progress_call_duration_seconds",
+		Help:    "Time a Progress call to a plugin took, process start included.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"plugin_kind", "plugin"})
+
+	cancelCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "itemops_cancel_calls_total",
+		Help: "Cancel calls made to plugins, by plugin, reason and result.",
+	}, []string{"plugin_kind", "plugin", "reason", "result"})
+
+	operationDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "itemops_operation_duration_seconds",
+		Help:    "Time from an operation's creation to its end, for the operations itemops saw end, by plugin and result.",
+		Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800},
+	}, []string{"plugin_kind", "plugin", "result"})
+
+	pluginRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "itemops_plugin_restarts_total",
+		Help: "Plugin processes found dead and started again, by plugin binary.",
+	}, []string{"binary"})
+)
+
+// Register adds every metric to controller-runtime's registry, the one its
+// metrics endpoint serves, with the state of the ItemOperations read from
+// reader (the manager's cached client) at each scrape.
+func Register(reader client.Reader, namespace string) {
+	MustRegister(ctrlmetrics.Registry, reader, namespace)
+}
+
+// MustRegister adds every metric to registry.
+func MustRegister(registry prometheus.Registerer, reader client.Reader, namespace string) {
+	registry.MustRegister(progressCalls, progressCallDuration, cancelCalls, operationDuration, pluginRestarts,
+		&stateCollector{reader: reader, namespace: namespace})
+}
+
+// ProgressCall records one Progress call.
+func ProgressCall(kind itemopsv1alpha1.PluginKind, plugin, result string, took time.Duration) {
+	progressCalls.WithLabelValues(string(kind), plugin, result).Inc()
+	progressCallDuration.WithLabelValues(string(kind), plugin).Observe(took.Seconds())
+}
+
+// CancelCall records one Cancel call, or an attempt that could not reach the plugin.
+func CancelCall(kind itemopsv1alpha1.PluginKind, plugin, reason, result string) {
+	cancelCalls.WithLabelValues(string(kind), plugin, reason, result).Inc()
+}
+
+// OperationFinished records an operation itemops saw reach a terminal phase.
+func OperationFinished(op *itemopsv1alpha1.ItemOperation) {
+	if op.Status.Created == nil || op.Status.CompletionTimestamp == nil {
+		return
+	}
+	took := op.Status.CompletionTimestamp.Sub(op.Status.Created.Time)
+	operationDuration.WithLabelValues(string(op.Spec.Plugin.Kind), op.Spec.Plugin.Name, string(op.Status.Phase)).
+		Observe(max(took, 0).Seconds())
+}
+
+// PluginRestarted records a plugin process started again after it died.
+func PluginRestarted(binary string) { pluginRestarts.WithLabelValues(binary).Inc() }
+
+var (
+	operationsDesc = prometheus.NewDesc("itemops_operations",
+		"ItemOperations by plugin, parent kind and phase.",
+		[]string{"plugin_kind", "plugin", "parent_kind", "phase"}, nil)
+	stalledDesc = prometheus.NewDesc("itemops_operations_stalled",
+		"Unfinished ItemOperations whose progress has not moved for the stall period (condition Stalled=True), by plugin.",
+		[]string{"plugin_kind", "plugin"}, nil)
+	bytesDoneDesc = prometheus.NewDesc("itemops_operation_bytes_done",
+		"Bytes moved so far by unfinished operations that count in bytes, by plugin.",
+		[]string{"plugin_kind", "plugin"}, nil)
+	bytesTotalDesc = prometheus.NewDesc("itemops_operation_bytes_total",
+		"Bytes to move in all by unfinished operations that count in bytes, by plugin.",
+		[]string{"plugin_kind", "plugin"}, nil)
+	scrapeErrorsDesc = prometheus.NewDesc("itemops_operations_scrape_error",
+		"1 when the ItemOperations could not be listed for this scrape.", nil, nil)
+)
+
+// stateCollector computes the ItemOperation gauges from the cache.
+type stateCollector struct {
+	reader    client.Reader
+	namespace string
+}
+
+// Describe implements prometheus.Collector.
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{operationsDesc, stalledDesc, bytesDoneDesc, bytesTotalDesc, scrapeErrorsDesc} {
+		ch <- d
+	}
+}
+
+type pluginKey struct{ kind, plugin string }
+
+type phaseKey struct {
+	pluginKey
+	parent, phase string
+}
+
+// Collect implements prometheus.Collector.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list := &itemopsv1alpha1.ItemOperationList{}
+	var opts []client.ListOption
+	if c.namespace != "" {
+		opts = append(opts, client.InNamespace(c.namespace))
+	}
+	if err := c.reader.List(ctx, list, opts...); err != nil {
+		ch <- prometheus.MustNewConstMetric(scrapeErrorsDesc, prometheus.GaugeValue, 1)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(scrapeErrorsDesc, prometheus.GaugeValue, 0)
+	phases := map[phaseKey]float64{}
+	stalled := map[pluginKey]float64{}
+	done := map[pluginKey]float64{}
+	total := map[pluginKey]float64{}
+	for i := range list.Items {
+		op := &list.Items[i]
+		pk := pluginKey{string(op.Spec.Plugin.Kind), op.Spec.Plugin.Name}
+		phase := string(op.Status.Phase)
+		if phase == "" {
+			phase = string(itemopsv1alpha1.OperationPhaseNew)
+		}
+		phases[phaseKey{pk, string(op.Spec.Parent.Kind), phase}]++
+		if op.Status.Phase.IsTerminal() {
+			continue
+		}
+		if _, ok := stalled[pk]; !ok {
+			stalled[pk] = 0
+		}
+		if meta.IsStatusConditionTrue(op.Status.Conditions, itemopsv1alpha1.ConditionStalled) {
+			stalled[pk]++
+		}
+		if progress.IsBytes(op.Status.OperationUnits) {
+			done[pk] += float64(op.Status.NCompleted)
+			total[pk] += float64(op.Status.NTotal)
+		}
+	}
+	for k, v := range phases {
+		ch <- prometheus.MustNewConstMetric(operationsDesc, prometheus.GaugeValue, v, k.kind, k.plugin, k.parent, k.phase)
+	}
+	for k, v := range stalled {
+		ch <- prometheus.MustNewConstMetric(stalledDesc, prometheus.GaugeValue, v, k.kind, k.plugin)
+	}
+	for k, v := range done {
+		ch <- prometheus.MustNewConstMetric(bytesDoneDesc, prometheus.GaugeValue, v, k.kind, k.plugin)
+		ch <- prometheus.MustNewConstMetric(bytesTotalDesc, prometheus.GaugeValue, total[k], k.kind, k.plugin)
+	}
+}
