@@ -11,7 +11,8 @@ CONTROLLER_GEN ?= $(GO_TOOL) controller-gen
 KUSTOMIZE   ?= $(GO_TOOL) kustomize
 
 CRD_DIR     := config/crd/bases
-CHART_CRDS  := charts/itemops/crds
+CHART_CRDS  := charts/itemops/files/crds
+CHART_RBAC  := charts/itemops/files/rbac
 IMG         ?= ghcr.io/itemops/itemops:dev
 RUN_ARGS    ?=
 
@@ -27,6 +28,7 @@ help: ## Show the targets.
 manifests: ## Generate the CRD and RBAC manifests from the markers in the code.
 	$(CONTROLLER_GEN) rbac:roleName=itemops-manager crd paths="./..." output:crd:artifacts:config=$(CRD_DIR) output:rbac:artifacts:config=config/rbac
 	rm -rf $(CHART_CRDS) && mkdir -p $(CHART_CRDS) && cp $(CRD_DIR)/*.yaml $(CHART_CRDS)/
+	mkdir -p $(CHART_RBAC) && cp config/rbac/role.yaml $(CHART_RBAC)/role.yaml
 
 .PHONY: generate
 generate: ## Generate the DeepCopy methods of the API types and the Go code of the plugin protocol.
@@ -57,14 +59,15 @@ envtest: ## Build (once per machine) the kube-apiserver and etcd the tests run a
 .PHONY: test
 test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suite included.
 	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws, velero,
-	@# versitygw) are built once per machine; build them while the checks run.
+	@# versitygw, helm) are built once per machine; build them while the checks run.
 	assets_out="$$(mktemp)"; trap 'rm -f "$$assets_out"' EXIT; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
 	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \
 	  hack/cached-binary.sh versitygw > /dev/null & s3=$$!; \
+	  hack/cached-binary.sh helm > /dev/null & helm=$$!; \
 	  hack/envtest-assets.sh > "$$assets_out" & assets=$$!; \
 	  $(MAKE) --no-print-directory verify vet; \
-	  wait $$aws; wait $$velero; wait $$s3; wait $$assets; \
+	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$assets; \
 	  KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" go test -race ./... -count=1
 
 .PHONY: test-e2e

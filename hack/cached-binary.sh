@@ -7,13 +7,14 @@
 #   hack/cached-binary.sh velero                 # Velero's cmd/velero (with Velero's kopia fork)
 #   hack/cached-binary.sh versitygw              # versitygw, an S3-compatible server
 #   hack/cached-binary.sh velero-plugin-for-aws  # the AWS ObjectStore/VolumeSnapshotter plugin
+#   hack/cached-binary.sh helm                   # the helm v3 CLI, to lint and render the chart
 #
-# ITEMOPS_VELERO_BIN, ITEMOPS_VERSITYGW_BIN and ITEMOPS_AWS_PLUGIN, when set
+# ITEMOPS_VELERO_BIN, ITEMOPS_VERSITYGW_BIN, ITEMOPS_AWS_PLUGIN and ITEMOPS_HELM_BIN, when set
 # to an executable, win and nothing is built. With ITEMOPS_CACHED_ONLY=1 a
 # binary that is not built yet is not built either: the script exits 3.
 set -euo pipefail
 
-name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws}"
+name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm}"
 cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/bin"
 override_var="ITEMOPS_$(tr '[:lower:]' '[:upper:]' <<<"${name}")_BIN"
 case "${name}" in
@@ -44,8 +45,20 @@ case "${name}" in
     override_var=ITEMOPS_AWS_PLUGIN
     cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/plugins"
     ;;
+  helm)
+    version="${HELM_VERSION:-3.19.5}"
+    module="helm.sh/helm/v3"
+    pkg="helm.sh/helm/v3/cmd/helm"
+    replaces=()
+    # As helm's own Makefile does: the Kubernetes version helm assumes when
+    # it is not talking to a cluster (template, lint) is its client-go's.
+    ldflags="-X helm.sh/helm/v3/internal/version.version=v${version}"
+    for pkg_var in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+      ldflags+=" -X ${pkg_var}.k8sVersionMajor=1 -X ${pkg_var}.k8sVersionMinor=34"
+    done
+    ;;
   *)
-    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws" >&2
+    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws, helm" >&2
     exit 2
     ;;
 esac

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fails when a generated file (CRDs, RBAC, deepcopy, the chart's CRDs, the
+# Fails when a generated file (CRDs, RBAC, deepcopy, the chart's CRDs and RBAC, the
 # plugin protocol's Go code) differs
 # from what `make manifests generate` makes of the markers in the working tree.
 # The files are regenerated into a scratch copy of the tree, so nothing here
@@ -15,7 +15,7 @@ trap 'rm -rf "${scratch}"' EXIT
 tar -C "${root}" --exclude=./.git --exclude=./bin --exclude=./dist -cf - . | tar -C "${scratch}" -xf -
 make -C "${scratch}" --no-print-directory -s manifests generate GO_TOOL="go tool -modfile=${root}/hack/tools/go.mod" >/dev/null
 
-generated=(config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go charts/itemops/crds pkg/plugin/generated)
+generated=(config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go charts/itemops/files/crds charts/itemops/files/rbac pkg/plugin/generated)
 stale=0
 for path in "${generated[@]}"; do
   if ! diff -ruN "${root}/${path}" "${scratch}/${path}" >&2; then

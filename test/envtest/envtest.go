@@ -26,6 +26,7 @@ package envtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -64,8 +65,20 @@ type Environment struct {
 	env *ctrlenvtest.Environment
 }
 
+// Options change what Start installs.
+type Options struct {
+	// WithoutItemopsCRD leaves the ItemOperation CRD out, for a test that
+	// installs it itself (the helm chart's).
+	WithoutItemopsCRD bool
+	// ExtraCRDPaths are more CRD files or directories to install.
+	ExtraCRDPaths []string
+}
+
 // Start runs the API server, installs the CRDs and creates the Velero namespace.
-func Start() (*Environment, error) {
+func Start() (*Environment, error) { return StartWith(Options{}) }
+
+// StartWith is Start with options.
+func StartWith(opts Options) (*Environment, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -79,6 +92,12 @@ func Start() (*Environment, error) {
 		return nil, err
 	}
 
+	crdPaths := []string{veleroCRDs, filepath.Join(filepath.Dir(veleroCRDs), "..", "v2alpha1", "bases")}
+	if !opts.WithoutItemopsCRD {
+		crdPaths = append(crdPaths, filepath.Join(root, "config", "crd", "bases"))
+	}
+	crdPaths = append(crdPaths, opts.ExtraCRDPaths...)
+
 	scheme := k8sruntime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(velerov1api.AddToScheme(scheme))
@@ -87,8 +106,7 @@ func Start() (*Environment, error) {
 	env := &ctrlenvtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDInstallOptions: ctrlenvtest.CRDInstallOptions{
-			Paths: []string{filepath.Join(root, "config", "crd", "bases"), veleroCRDs,
-				filepath.Join(filepath.Dir(veleroCRDs), "..", "v2alpha1", "bases")},
+			Paths:              crdPaths,
 			ErrorIfPathMissing: true,
 			Scheme:             scheme,
 		},
@@ -196,4 +214,38 @@ func BuildSamplePlugins(dir string, names ...string) error {
 		return fmt.Errorf("building the sample plugins: %w", err)
 	}
 	return nil
+}
+
+// prometheusOperatorVersion is the Prometheus Operator whose CRDs
+// (ServiceMonitor, PrometheusRule) the chart's optional objects are checked against.
+const prometheusOperatorVersion = "v0.85.0"
+
+// PrometheusOperatorCRDs returns the ServiceMonitor and PrometheusRule CRD
+// files of the Prometheus Operator, fetched into the Go module cache (the
+// module is not a dependency of itemops).
+func PrometheusOperatorCRDs() ([]string, error) {
+	dir, err := os.MkdirTemp("", "itemops-prom-crds-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.Command("go", "mod", "download", "-json", "github.com/prometheus-operator/prometheus-operator@"+prometheusOperatorVersion)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("downloading the Prometheus Operator %s: %w\n%s", prometheusOperatorVersion, err, out)
+	}
+	var module struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &module); err != nil {
+		return nil, fmt.Errorf("reading go mod download's answer: %w", err)
+	}
+	if module.Dir == "" {
+		return nil, fmt.Errorf("downloading the Prometheus Operator %s: %s", prometheusOperatorVersion, module.Error)
+	}
+	crds := filepath.Join(module.Dir, "example", "prometheus-operator-crd")
+	return []string{
+		filepath.Join(crds, "monitoring.coreos.com_servicemonitors.yaml"),
+		filepath.Join(crds, "monitoring.coreos.com_prometheusrules.yaml"),
+	}, nil
 }

@@ -1,0 +1,45 @@
+{{/* The name of the chart's objects. */}}
+{{- define "itemops.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains "itemops" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-itemops" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Velero's namespace: where itemops runs and watches. */}}
+{{- define "itemops.namespace" -}}
+{{- default .Release.Namespace .Values.veleroNamespace -}}
+{{- end -}}
+
+{{- define "itemops.selectorLabels" -}}
+app.kubernetes.io/name: itemops
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: manager
+{{- end -}}
+
+{{- define "itemops.labels" -}}
+{{ include "itemops.selectorLabels" . }}
+app.kubernetes.io/part-of: itemops
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "itemops.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "itemops.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "itemops.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
