@@ -13,7 +13,8 @@ KUSTOMIZE   ?= $(GO_TOOL) kustomize
 CRD_DIR     := config/crd/bases
 CHART_CRDS  := charts/itemops/files/crds
 CHART_RBAC  := charts/itemops/files/rbac
-IMG         ?= ghcr.io/itemops/itemops:dev
+VERSION     ?= $(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/itemops/Chart.yaml)
+IMG         ?= ghcr.io/itemops/itemops:$(VERSION)
 RUN_ARGS    ?=
 
 ##@ General
@@ -44,11 +45,11 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: verify
-verify: ## Fail when generated files are stale, code is unformatted, or kustomize cannot build config/.
+verify: ## Fail when generated files (dist/install.yaml too) are stale, code is unformatted, or kustomize cannot build config/.
 	hack/verify-generated.sh
 	@unformatted="$$(gofmt -s -l $$(find . -name '*.go' -not -path './.git/*'))"; \
 	  if [[ -n "$$unformatted" ]]; then echo "gofmt -s needed on: $$unformatted" >&2; exit 1; fi
-	@for dir in config/default config/crd config/samples; do \
+	@for dir in config/default config/manage config/prometheus config/crd config/samples; do \
 	  $(KUSTOMIZE) build $$dir > /dev/null || { echo "kustomize build $$dir failed" >&2; exit 1; }; \
 	done
 
@@ -87,6 +88,10 @@ run: ## Run the manager from your host against the cluster of your kubeconfig.
 .PHONY: docker-build
 docker-build: ## Build the container image (needs a Docker engine).
 	docker build -t $(IMG) .
+
+.PHONY: build-installer
+build-installer: ## Write dist/install.yaml: everything config/default installs, with the image $(IMG), in one file for GitOps.
+	hack/build-installer.sh "$(IMG)" > dist/install.yaml
 
 ##@ Deployment
 

@@ -13,9 +13,10 @@ trap 'rm -rf "${scratch}"' EXIT
 # Copy the tree without .git and build outputs; keep the module files so the
 # scratch copy builds exactly like the checkout.
 tar -C "${root}" --exclude=./.git --exclude=./bin --exclude=./dist -cf - . | tar -C "${scratch}" -xf -
-make -C "${scratch}" --no-print-directory -s manifests generate GO_TOOL="go tool -modfile=${root}/hack/tools/go.mod" >/dev/null
+mkdir -p "${scratch}/dist"
+make -C "${scratch}" --no-print-directory -s manifests generate build-installer GO_TOOL="go tool -modfile=${root}/hack/tools/go.mod" >/dev/null
 
-generated=(config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go charts/itemops/files/crds charts/itemops/files/rbac pkg/plugin/generated)
+generated=(config/crd/bases config/rbac/role.yaml api/v1alpha1/zz_generated.deepcopy.go charts/itemops/files/crds charts/itemops/files/rbac pkg/plugin/generated dist/install.yaml)
 stale=0
 for path in "${generated[@]}"; do
   if ! diff -ruN "${root}/${path}" "${scratch}/${path}" >&2; then
@@ -23,6 +24,6 @@ for path in "${generated[@]}"; do
   fi
 done
 if (( stale )); then
-  echo "generated files are stale: run 'make manifests generate' and commit the result" >&2
+  echo "generated files are stale: run 'make manifests generate build-installer' and commit the result" >&2
   exit 1
 fi

@@ -312,3 +312,17 @@ func merge(maps ...map[string][]rbacv1.PolicyRule) map[string][]rbacv1.PolicyRul
 	}
 	return out
 }
+
+// TestKustomizeAlertsAreTheChartsAlerts keeps config/prometheus/rules.yaml
+// equal to the chart's PrometheusRule with its default thresholds.
+func TestKustomizeAlertsAreTheChartsAlerts(t *testing.T) {
+	g := NewWithT(t)
+	root := filepath.Dir(filepath.Dir(chartDir))
+	raw, err := os.ReadFile(filepath.Join(root, "config", "prometheus", "rules.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	kustomize := map[string]any{}
+	g.Expect(yaml.Unmarshal(raw, &kustomize)).To(Succeed())
+	rules := find(render(t, "--set", "metrics.prometheusRule.enabled=true"), "PrometheusRule")
+	g.Expect(rules).To(HaveLen(1))
+	g.Expect(kustomize["spec"]).To(Equal(rules[0].Object["spec"]))
+}

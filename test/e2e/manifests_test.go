@@ -21,15 +21,51 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// manifests renders a kustomization, or reads a manifest file.
+func manifests(t *testing.T, path string) []*unstructured.Unstructured {
+	t.Helper()
+	if !strings.HasSuffix(path, ".yaml") {
+		return kustomize(t, path)
+	}
+	b, err := os.ReadFile(filepath.Join(env.RepoRoot, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeAll(t, path, b)
+}
+
+func decodeAll(t *testing.T, source string, b []byte) []*unstructured.Unstructured {
+	t.Helper()
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+	var objects []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := decoder.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objects
+			}
+			t.Fatalf("decoding %s: %v", source, err)
+		}
+		if len(u.Object) > 0 {
+			objects = append(objects, u)
+		}
+	}
+}
 
 // kustomize renders a kustomization with the pinned kustomize.
 func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
@@ -43,30 +79,17 @@ func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v\n%s", dir, err, stderr.String())
 	}
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	var objects []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := decoder.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objects
-			}
-			t.Fatalf("decoding kustomize build %s: %v", dir, err)
-		}
-		if len(u.Object) > 0 {
-			objects = append(objects, u)
-		}
-	}
+	return decodeAll(t, "kustomize build "+dir, out)
 }
 
 // TestManifestsApplyToAnAPIServer applies what a user applies: the default
 // install and the samples, with server-side apply, as `kubectl apply
 // --server-side` does.
 func TestManifestsApplyToAnAPIServer(t *testing.T) {
-	for _, dir := range []string{"config/default", "config/samples"} {
+	for _, dir := range []string{"config/default", "config/manage", "config/prometheus", "dist/install.yaml", "config/samples"} {
 		t.Run(dir, func(t *testing.T) {
 			g := NewWithT(t)
-			objects := kustomize(t, dir)
+			objects := manifests(t, dir)
 			g.Expect(objects).NotTo(BeEmpty())
 			kinds := map[string]int{}
 			for _, obj := range objects {
@@ -75,7 +98,7 @@ func TestManifestsApplyToAnAPIServer(t *testing.T) {
 					client.FieldOwner("itemops-e2e"), client.ForceOwnership)
 				g.Expect(err).NotTo(HaveOccurred(), "applying %s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
 			}
-			if dir == "config/default" {
+			if dir != "config/samples" {
 				g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 1))
 				g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
 				g.Expect(kinds).To(HaveKeyWithValue("ServiceAccount", 1))
@@ -83,6 +106,49 @@ func TestManifestsApplyToAnAPIServer(t *testing.T) {
 				g.Expect(kinds).To(HaveKeyWithValue("RoleBinding", 2))
 			} else {
 				g.Expect(kinds).To(HaveKeyWithValue("ItemOperation", 1))
+			}
+			if dir == "config/prometheus" {
+				g.Expect(kinds).To(HaveKeyWithValue("ServiceMonitor", 1))
+				g.Expect(kinds).To(HaveKeyWithValue("PrometheusRule", 1))
+			}
+		})
+	}
+}
+
+// TestRBACIsLeastPrivilege checks what every install path grants: no
+// wildcard, Secrets only read one by one, Velero's objects written only in
+// manage mode, and only ItemOperations cluster-wide.
+func TestRBACIsLeastPrivilege(t *testing.T) {
+	for _, path := range []string{"config/default", "config/manage", "dist/install.yaml"} {
+		t.Run(path, func(t *testing.T) {
+			g := NewWithT(t)
+			manage := path == "config/manage"
+			for _, obj := range manifests(t, path) {
+				if obj.GetKind() != "Role" && obj.GetKind() != "ClusterRole" {
+					continue
+				}
+				role := &rbacv1.Role{}
+				g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role)).To(Succeed())
+				for _, r := range role.Rules {
+					for _, field := range [][]string{r.Verbs, r.Resources, r.APIGroups} {
+						g.Expect(field).NotTo(ContainElement("*"), "wildcard in %s %s: %+v", obj.GetKind(), obj.GetName(), r)
+					}
+					g.Expect(r.NonResourceURLs).To(BeEmpty())
+					if obj.GetKind() == "ClusterRole" {
+						g.Expect(r.APIGroups).To(Equal([]string{"itemops.io"}), "a ClusterRole grants only ItemOperations")
+					}
+					if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "secrets") {
+						g.Expect(r.Verbs).To(Equal([]string{"get"}), "Secrets are only read, one by one")
+					}
+					if slices.Contains(r.APIGroups, "velero.io") && slices.Contains(r.Resources, "backups") {
+						g.Expect(r.Verbs).NotTo(ContainElements("create", "update", "delete"))
+						if manage {
+							g.Expect(r.Verbs).To(ContainElement("patch"))
+						} else {
+							g.Expect(r.Verbs).NotTo(ContainElement("patch"), "observe mode never writes to Velero's objects")
+						}
+					}
+				}
 			}
 		})
 	}

@@ -39,7 +39,13 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	var err error
-	env, err = envtest.Start()
+	prometheus, err := envtest.PrometheusOperatorCRDs()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// config/prometheus holds a ServiceMonitor and a PrometheusRule.
+	env, err = envtest.StartWith(envtest.Options{ExtraCRDPaths: prometheus})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
