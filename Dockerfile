@@ -1,4 +1,6 @@
 # Builds the itemops manager image: a static binary on distroless, non-root.
+# `make test` builds the same binary the same way (test/image), since an
+# image cannot be built everywhere the tests run.
 FROM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
@@ -9,10 +11,14 @@ COPY main.go ./
 COPY api/ api/
 COPY controllers/ controllers/
 COPY internal/ internal/
+COPY pkg/ pkg/
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o itemops .
 
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /
 COPY --from=builder /workspace/itemops .
 USER 65532:65532
+# Velero plugin binaries are copied here by init containers (an emptyDir in
+# the chart and in config/manager).
+VOLUME ["/plugins"]
 ENTRYPOINT ["/itemops"]
