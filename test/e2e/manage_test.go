@@ -180,3 +180,44 @@ func TestMetricsCountOperationsAndPluginCalls(t *testing.T) {
 		ContainSubstring(`itemops_operations_scrape_error 0`),
 	))
 }
+
+// TestLeaderElectionHandsOverAndTheBackupStillCompletes runs two replicas
+// against one API server: only the leader reconciles; killed without a
+// chance to let go of the Lease, the other takes over once the lease
+// expires, and the backup completes.
+func TestLeaderElectionHandsOverAndTheBackupStillCompletes(t *testing.T) {
+	g := NewWithT(t)
+	pluginDir, err := buildPlugins()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
+
+	first := startManager(t, pluginDir, "--mode=manage", "--leader-elect")
+	g.Eventually(first.output.String, 30*time.Second, 100*time.Millisecond).Should(ContainSubstring("successfully acquired lease"))
+	second := startManager(t, pluginDir, "--mode=manage", "--leader-elect")
+	g.Eventually(second.output.String, 30*time.Second, 100*time.Millisecond).Should(ContainSubstring("attempting to acquire leader lease"))
+
+	// Long enough to outlive the first leader.
+	b, _ := waitingBackup(t, "handover", []map[string]string{
+		{sim.AnnotationSize: "20Mi", sim.AnnotationSpeed: "1Mi"},
+		{sim.AnnotationSize: "20Mi", sim.AnnotationSpeed: "1Mi"},
+	})
+	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
+		Should(HaveEach(itemopsv1alpha1.OperationPhaseInProgress), "first:\n%s", first.output.String())
+	g.Expect(first.output.String()).To(ContainSubstring("Starting workers"))
+	g.Consistently(second.output.String, 2*time.Second, 200*time.Millisecond).ShouldNot(ContainSubstring("Starting workers"),
+		"the standby reconciles nothing")
+
+	first.stop(syscall.SIGKILL)
+	killed := time.Now()
+	g.Eventually(second.output.String, 40*time.Second, 100*time.Millisecond).Should(ContainSubstring("successfully acquired lease"))
+	took := time.Since(killed)
+	t.Logf("the standby took over %s after the leader was killed", took.Round(100*time.Millisecond))
+	g.Expect(took).To(BeNumerically("<", 15*time.Second+10*time.Second), "within the lease duration (15s) and a renewal round")
+
+	g.Eventually(func(g Gomega) velerov1api.BackupPhase {
+		got := &velerov1api.Backup{}
+		g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), got)).To(Succeed())
+		return got.Status.Phase
+	}, 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhaseFinalizing), "second:\n%s", second.output.String())
+	g.Expect(operationPhases(g, b)).To(HaveEach(itemopsv1alpha1.OperationPhaseCompleted))
+}
