@@ -24,6 +24,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -186,7 +187,19 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 		}
 	}
 	op.Status.LastPolled = &metav1.Time{Time: now}
-	if err := r.Client.Status().Patch(ctx, op, client.MergeFrom(original)); err != nil {
+	patch := client.MergeFrom(original)
+	if original.Status.Phase != op.Status.Phase {
+		// A phase change is written only over the status it was decided
+		// from: a reconcile of a stale cached copy (one that has not seen
+		// the operation finish yet) must not finish it a second time, with
+		// a second Event and a second count in the metrics.
+		patch = client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
+	}
+	if err := r.Client.Status().Patch(ctx, op, patch); err != nil {
+		if apierrors.IsConflict(err) {
+			ctrl.LoggerFrom(ctx).V(1).Info("status changed meanwhile; the newer copy is reconciled next")
+			return nil
+		}
 		return fmt.Errorf("writing status: %w", err)
 	}
 	if original.Status.Phase != op.Status.Phase {

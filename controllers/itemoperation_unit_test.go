@@ -17,8 +17,15 @@ limitations under the License.
 package controllers
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 )
@@ -32,5 +39,50 @@ func TestPollIntervalBacksOff(t *testing.T) {
 		if got := r.pollInterval(op); got != want {
 			t.Errorf("pollInterval after %d failures = %s, want %s", failures, got, want)
 		}
+	}
+}
+
+// TestAPhaseIsNotChangedTwiceFromAStaleCopy: a reconcile working on a cached
+// copy older than the stored one (which another reconcile already finished)
+// writes nothing and tells nobody.
+func TestAPhaseIsNotChangedTwiceFromAStaleCopy(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	stored := &itemopsv1alpha1.ItemOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero"},
+		Status:     itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(stored).WithStatusSubresource(stored).Build()
+	ctx := context.Background()
+	stale := &itemopsv1alpha1.ItemOperation{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(stored), stale); err != nil {
+		t.Fatal(err)
+	}
+	// Another reconcile finishes it first.
+	done := stale.DeepCopy()
+	done.Status.Phase = itemopsv1alpha1.OperationPhaseFailed
+	if err := c.Status().Update(ctx, done); err != nil {
+		t.Fatal(err)
+	}
+
+	recorder := record.NewFakeRecorder(10)
+	r := &ItemOperationReconciler{Client: c, Recorder: recorder}
+	op := stale.DeepCopy()
+	op.Status.Phase = itemopsv1alpha1.OperationPhaseFailed
+	op.Status.Error = "from the stale copy"
+	if err := r.writeStatus(ctx, stale, op, time.Now()); err != nil {
+		t.Fatalf("a conflict is not an error to retry: %v", err)
+	}
+	if len(recorder.Events) != 0 {
+		t.Errorf("an Event was recorded for a phase change that was not written: %s", <-recorder.Events)
+	}
+	got := &itemopsv1alpha1.ItemOperation{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(stored), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Error != "" {
+		t.Errorf("the stale copy's status was written: %q", got.Status.Error)
 	}
 }
