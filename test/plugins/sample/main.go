@@ -47,6 +47,7 @@ const (
 )
 
 func main() {
+	sim.LogLaunch()
 	framework.NewServer().
 		BindFlags(pflag.CommandLine).
 		RegisterBackupItemActionV2(DatamoverName, func(log logrus.FieldLogger) (any, error) {

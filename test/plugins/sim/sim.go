@@ -68,6 +68,17 @@ const (
 
 	// EnvStateDir names the state directory; default <tmp>/itemops-sample-plugin.
 	EnvStateDir = "ITEMOPS_SAMPLE_STATE_DIR"
+	// EnvFast ("true") is the benchmark's mode: an operation's state is read
+	// once and kept in memory, and Progress writes nothing back, so that the
+	// plugin costs next to nothing and what is measured is the caller.
+	// Progress counts and crash-once are then not kept.
+	EnvFast = "ITEMOPS_SAMPLE_FAST"
+	// EnvPollLog names a file that gets one line per Progress call:
+	// "<operation ID> <unix nanoseconds> <completed: 0|1>".
+	EnvPollLog = "ITEMOPS_SAMPLE_POLL_LOG"
+	// EnvLaunchLog names a file that gets one line per start of the plugin
+	// process: "<pid> <unix nanoseconds>".
+	EnvLaunchLog = "ITEMOPS_SAMPLE_LAUNCH_LOG"
 )
 
 // State is one simulated operation, as stored in its file.
@@ -113,6 +124,11 @@ type Store struct {
 	now func() time.Time
 	// mu serialises read-modify-write of state files within the process.
 	mu sync.Mutex
+
+	fast   bool
+	cache  sync.Map // id -> *State, in fast mode
+	pollMu sync.Mutex
+	polls  *os.File
 }
 
 // NewStore returns the store of the directory named by EnvStateDir.
@@ -124,7 +140,60 @@ func NewStore() (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
 	}
-	return &Store{dir: dir, now: time.Now}, nil
+	s := &Store{dir: dir, now: time.Now, fast: os.Getenv(EnvFast) == "true"}
+	if path := os.Getenv(EnvPollLog); path != "" {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("opening the poll log: %w", err)
+		}
+		s.polls = f
+	}
+	return s, nil
+}
+
+// LogLaunch records a start of the plugin process when EnvLaunchLog asks for it.
+func LogLaunch() {
+	path := os.Getenv(EnvLaunchLog)
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%d %d\n", os.Getpid(), time.Now().UnixNano())
+}
+
+
+// logPoll records a Progress answer when EnvPollLog asks for it.
+func (s *Store) logPoll(id string, p velero.OperationProgress, at time.Time) {
+	if s.polls == nil {
+		return
+	}
+	completed := 0
+	if p.Completed {
+		completed = 1
+	}
+	s.pollMu.Lock()
+	defer s.pollMu.Unlock()
+	fmt.Fprintf(s.polls, "%s %d %d\n", id, at.UnixNano(), completed)
+}
+
+// fastProgress answers from memory.
+func (s *Store) fastProgress(id string) (velero.OperationProgress, error) {
+	cached, ok := s.cache.Load(id)
+	if !ok {
+		st, err := s.Load(id)
+		if err != nil {
+			return velero.OperationProgress{}, err
+		}
+		cached, _ = s.cache.LoadOrStore(id, st)
+	}
+	now := s.now()
+	p := cached.(*State).progressAt(now)
+	s.logPoll(id, p, now)
+	return p, nil
 }
 
 // Dir is the state directory.
@@ -132,7 +201,13 @@ func (s *Store) Dir() string { return s.dir }
 
 // Start begins an operation for the item with these annotations.
 func (s *Store) Start(direction, item string, annotations map[string]string) (string, error) {
-	st := &State{Direction: direction, Item: item, Size: 1 << 30, Speed: 100 << 20, FailAt: -1, StallAt: -1, Started: s.now()}
+	return s.StartAt(direction, item, annotations, s.now())
+}
+
+// StartAt is Start with the transfer's start time given, which the
+// benchmark uses to start many operations together.
+func (s *Store) StartAt(direction, item string, annotations map[string]string, at time.Time) (string, error) {
+	st := &State{Direction: direction, Item: item, Size: 1 << 30, Speed: 100 << 20, FailAt: -1, StallAt: -1, Started: at}
 	var err error
 	if v, ok := annotations[AnnotationSize]; ok {
 		if st.Size, err = quantity(AnnotationSize, v); err != nil {
@@ -206,6 +281,9 @@ func (s *Store) Load(id string) (*State, error) {
 // Progress reports how far the operation got, hanging or crashing first
 // when its annotations say so.
 func (s *Store) Progress(id string) (velero.OperationProgress, error) {
+	if s.fast {
+		return s.fastProgress(id)
+	}
 	st, err := s.Load(id)
 	if err != nil {
 		return velero.OperationProgress{}, err
@@ -233,7 +311,10 @@ func (s *Store) Progress(id string) (velero.OperationProgress, error) {
 	if err := s.save(st); err != nil {
 		return velero.OperationProgress{}, err
 	}
-	return st.progressAt(s.now()), nil
+	now := s.now()
+	p := st.progressAt(now)
+	s.logPoll(id, p, now)
+	return p, nil
 }
 
 // progressAt is the progress of the operation at a time.
@@ -283,6 +364,7 @@ func (s *Store) Cancel(id string) error {
 		now := s.now()
 		st.Canceled = &now
 	}
+	s.cache.Delete(id)
 	return s.save(st)
 }
 
