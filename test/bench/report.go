@@ -1,0 +1,304 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"encoding/csv"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+)
+
+// analysis holds what run measured besides the polls.
+type analysis struct {
+	writes        map[string]float64
+	cpuSeconds    float64
+	pluginCPU     float64
+	peakRSS       int64
+	peakPluginRSS int64
+	launches      int
+	timedOut      bool
+}
+
+// result is one run's figures.
+type result struct {
+	cfg config
+	analysis
+
+	duration        time.Duration // t0 to the last Backup in Finalizing
+	calls           int
+	callsPerSecond  float64 // while every operation was running
+	polledShare     float64 // of the waits between two polls of a running operation, those within the sync interval (+10% jitter)
+	firstPollP99    time.Duration
+	firstPollMax    time.Duration
+	detectionP50    time.Duration
+	detectionP99    time.Duration
+	detectionMax    time.Duration
+	undetected      int
+	parentP50       time.Duration
+	parentP99       time.Duration
+	parentMax       time.Duration
+	unfinished      int
+	writesPerOp     float64
+	pollsPerOp      float64
+	callsPerSecondT []float64 // per second since t0
+}
+
+func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.Backup, finalized map[string]time.Time,
+	polls map[string][]poll, samples []sample, a analysis) *result {
+	r := &result{cfg: cfg, analysis: a}
+
+	// Detection: the first poll that saw the operation completed, after the
+	// plugin completed it.
+	detected := make(map[string]time.Time, len(ops))
+	var detections []time.Duration
+	lastDetection := map[int]time.Time{}
+	firstCompletion := ops[0].completes
+	for _, op := range ops {
+		firstCompletion = minTime(firstCompletion, op.completes)
+		for _, p := range polls[op.id] {
+			if p.completed {
+				detected[op.id] = p.at
+				detections = append(detections, max(0, p.at.Sub(op.completes)))
+				if p.at.After(lastDetection[op.parent]) {
+					lastDetection[op.parent] = p.at
+				}
+				break
+			}
+		}
+		r.calls += len(polls[op.id])
+	}
+	r.undetected = len(ops) - len(detections)
+	r.detectionP50, r.detectionP99, r.detectionMax = percentiles(detections)
+	r.pollsPerOp = float64(r.calls) / float64(len(ops))
+
+	// Coverage: between its first poll (itemops has started and listed it)
+	// and the poll that saw it complete, an operation should never wait
+	// longer than the sync interval, plus the 10% jitter that spreads polls.
+	gaps, onTime, firstPolls := 0, 0, []time.Duration{}
+	for _, op := range ops {
+		ps := polls[op.id]
+		if len(ps) == 0 {
+			continue
+		}
+		firstPolls = append(firstPolls, ps[0].at.Sub(t0))
+		for i := 1; i < len(ps); i++ {
+			if ps[i-1].completed {
+				break
+			}
+			gaps++
+			if ps[i].at.Sub(ps[i-1].at) <= cfg.sync+cfg.sync/10 {
+				onTime++
+			}
+		}
+	}
+	if gaps > 0 {
+		r.polledShare = float64(onTime) / float64(gaps)
+	}
+	_, r.firstPollP99, r.firstPollMax = percentiles(firstPolls)
+
+	// Parent latency: from the detection of its last operation to Finalizing.
+	var parents []time.Duration
+	last := t0
+	for i, b := range backups {
+		at, ok := finalized[b.Name]
+		if !ok {
+			r.unfinished++
+			continue
+		}
+		last = maxTime(last, at)
+		if d, ok := lastDetection[i]; ok {
+			parents = append(parents, max(0, at.Sub(d)))
+		}
+	}
+	r.parentP50, r.parentP99, r.parentMax = percentiles(parents)
+	r.duration = last.Sub(t0)
+
+	// Sustained rate: while every operation was still running.
+	var prev *sample
+	for i := range samples {
+		s := &samples[i]
+		if prev != nil {
+			r.callsPerSecondT = append(r.callsPerSecondT, (s.calls-prev.calls)/s.at.Sub(prev.at).Seconds())
+		}
+		prev = s
+	}
+	// Sustained rate: from the first poll (itemops up) until the first
+	// operation completes, every operation is running and due.
+	calls, firstPoll := 0, firstCompletion
+	for _, ps := range polls {
+		for _, p := range ps {
+			if p.at.Before(firstCompletion) {
+				calls++
+				firstPoll = minTime(firstPoll, p.at)
+			}
+		}
+	}
+	if d := firstCompletion.Sub(firstPoll).Seconds(); d > 0 {
+		r.callsPerSecond = float64(calls) / d
+	}
+
+	total := 0.0
+	for _, v := range a.writes {
+		total += v
+	}
+	r.writesPerOp = total / float64(len(ops))
+	return r
+}
+
+func percentiles(ds []time.Duration) (p50, p99, maximum time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(ds)
+	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+	return at(0.50), at(0.99), ds[len(ds)-1]
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func (r *result) summary() string {
+	return fmt.Sprintf("bench: %d ops: %.0f Progress calls/s, %.1f%% of polls within the interval, detection p50 %s p99 %s, parent p50 %s p99 %s, %.2f API writes/op, CPU %.1fs, peak RSS %s, %d plugin launches%s",
+		r.cfg.ops, r.callsPerSecond, 100*r.polledShare, round(r.detectionP50), round(r.detectionP99), round(r.parentP50), round(r.parentP99),
+		r.writesPerOp, r.cpuSeconds, mib(r.peakRSS), r.launches, timedOut(r.timedOut))
+}
+
+func timedOut(b bool) string {
+	if b {
+		return " (TIMED OUT: not every Backup reached Finalizing)"
+	}
+	return ""
+}
+
+func round(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+// machine describes where the run happened.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		fields := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+		if len(fields) >= 2 {
+			kb, _ := strconv.ParseFloat(fields[1], 64)
+			mem = fmt.Sprintf(", %.0f GiB RAM", kb/(1<<20))
+		}
+	}
+	return fmt.Sprintf("%d CPUs (%s)%s, %s/%s, %s", runtime.NumCPU(), model, mem, runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+// write puts the results in dir: results.md, results.csv, and the Progress
+// calls per second of every run.
+func write(dir string, results []*result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var md strings.Builder
+	fmt.Fprintf(&md, "# itemops benchmark\n\nGenerated by `make bench` on %s.\n\n", time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(&md, "Machine: %s. A real kube-apiserver and etcd (envtest), the itemops binary in manage mode, and the sample plugin in its fast mode; ", machine())
+	fmt.Fprintf(&md, "operations of %s to %s spread over the Backups, all started when itemops starts.\n\n",
+		results[0].cfg.minDuration, results[0].cfg.maxDuration)
+	md.WriteString("| operations | Backups | sync | Progress calls/s (all running) | polled within the interval | first poll p99 / max | detection p50 / p99 / max | parent latency p50 / p99 / max | API writes / operation | operator CPU | operator peak RSS | plugin CPU / peak RSS | plugin launches | Progress calls / operation |\n")
+	md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		fmt.Fprintf(&md, "| %d | %d | %s | %.0f | %.2f%% | %s / %s | %s / %s / %s | %s / %s / %s | %.2f | %.1f s | %s | %.1f s / %s | %d | %.1f |\n",
+			r.cfg.ops, r.cfg.parents, r.cfg.sync, r.callsPerSecond, 100*r.polledShare, round(r.firstPollP99), round(r.firstPollMax),
+			round(r.detectionP50), round(r.detectionP99), round(r.detectionMax),
+			round(r.parentP50), round(r.parentP99), round(r.parentMax),
+			r.writesPerOp, r.cpuSeconds, mib(r.peakRSS), r.pluginCPU, mib(r.peakPluginRSS), r.launches, r.pollsPerOp)
+	}
+	md.WriteString("\nAPI writes by resource:\n\n")
+	for _, r := range results {
+		keys := make([]string, 0, len(r.writes))
+		for k := range r.writes {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k, r.writes[k]))
+		}
+		fmt.Fprintf(&md, "- %d operations: %s\n", r.cfg.ops, strings.Join(parts, ", "))
+		if r.undetected > 0 || r.unfinished > 0 || r.timedOut {
+			fmt.Fprintf(&md, "  - not seen completed: %d operations; not Finalizing: %d Backups\n", r.undetected, r.unfinished)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+
+	f, err := os.Create(filepath.Join(dir, "results.csv"))
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"operations", "backups", "sync_seconds", "progress_calls_per_second", "polled_share", "detection_p50_seconds",
+		"detection_p99_seconds", "parent_p50_seconds", "parent_p99_seconds", "api_writes_per_operation", "operator_cpu_seconds",
+		"operator_peak_rss_bytes", "plugin_launches", "undetected", "unfinished"})
+	for _, r := range results {
+		_ = w.Write([]string{strconv.Itoa(r.cfg.ops), strconv.Itoa(r.cfg.parents), fmt.Sprint(r.cfg.sync.Seconds()),
+			fmt.Sprintf("%.1f", r.callsPerSecond), fmt.Sprintf("%.4f", r.polledShare),
+			fmt.Sprintf("%.3f", r.detectionP50.Seconds()), fmt.Sprintf("%.3f", r.detectionP99.Seconds()),
+			fmt.Sprintf("%.3f", r.parentP50.Seconds()), fmt.Sprintf("%.3f", r.parentP99.Seconds()),
+			fmt.Sprintf("%.2f", r.writesPerOp), fmt.Sprintf("%.1f", r.cpuSeconds), strconv.FormatInt(r.peakRSS, 10),
+			strconv.Itoa(r.launches), strconv.Itoa(r.undetected), strconv.Itoa(r.unfinished)})
+	}
+	w.Flush()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	for _, r := range results {
+		var b strings.Builder
+		b.WriteString("second,progress_calls_per_second\n")
+		for i, v := range r.callsPerSecondT {
+			fmt.Fprintf(&b, "%d,%.1f\n", i+1, v)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("calls-per-second-%d.csv", r.cfg.ops)), []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}

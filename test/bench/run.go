@@ -1,0 +1,511 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/plugins/sim"
+)
+
+type config struct {
+	ops, parents             int
+	sync, update             time.Duration
+	minDuration, maxDuration time.Duration
+	extraArgs                []string
+}
+
+const datamover = "itemops.io/sample-datamover"
+
+// operation is one benchmark operation as the plugin sees it.
+type operation struct {
+	id        string
+	parent    int
+	completes time.Time // plugin-side completion
+}
+
+// sample is one observation of the running operator.
+type sample struct {
+	at          time.Time
+	calls       float64 // itemops_progress_calls_total, all results
+	cpuSeconds  float64 // operator
+	rssBytes    int64   // operator, current
+	pluginCPU   float64
+	pluginRSS   int64
+	finalizing  int
+	pluginProcs int
+}
+
+func run(ctx context.Context, root string, cfg config) (*result, error) {
+	work, err := os.MkdirTemp("", "itemops-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	binary := filepath.Join(work, "itemops")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("building itemops: %w", err)
+	}
+	pluginDir := filepath.Join(work, "plugins")
+	if err := envtest.BuildSamplePlugins(pluginDir, "sample"); err != nil {
+		return nil, err
+	}
+
+	env, err := envtest.Start()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = env.Stop() }()
+	fast := rest.CopyConfig(env.Config)
+	fast.QPS, fast.Burst = 5000, 10000
+	c, err := client.NewWithWatch(fast, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig, err := env.Kubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	kubeconfigPath := filepath.Join(work, "kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		return nil, err
+	}
+
+	// The operations exist before itemops starts, and their transfers all
+	// start when it does, so that every write the API server counts from
+	// then on is itemops'.
+	ops, backups, err := createOperations(ctx, c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	stateDir := filepath.Join(work, "state")
+	pollLog := filepath.Join(work, "polls.log")
+	launchLog := filepath.Join(work, "launches.log")
+	store, err := storeIn(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	writesBefore, err := apiWrites(ctx, fast)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	for i := range ops {
+		d := ops[i].completes.Sub(time.Time{})
+		size := int64(d / time.Millisecond) // 1 KiB per ms at 1 MiB/s: the size is the duration
+		st := sim.NewState(ops[i].id, "upload", ops[i].id, size<<10, 1<<20, t0)
+		if err := store.Put(st); err != nil {
+			return nil, err
+		}
+		ops[i].completes = st.CompletesAt()
+	}
+
+	metricsAddr, err := freeAddress()
+	if err != nil {
+		return nil, err
+	}
+	probes, err := freeAddress()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--kubeconfig=" + kubeconfigPath, "--mode=manage", "--velero-namespace=" + envtest.VeleroNamespace,
+		"--plugin-dir=" + pluginDir, "--sync-frequency=" + cfg.sync.String(), "--progress-update-interval=" + cfg.update.String(),
+		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probes,
+		"--credentials-dir=" + filepath.Join(work, "credentials"), "--zap-log-level=error"}, cfg.extraArgs...)
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), sim.EnvStateDir+"="+stateDir, sim.EnvFast+"=true",
+		sim.EnvPollLog+"="+pollLog, sim.EnvLaunchLog+"="+launchLog)
+	logFile, err := os.Create(filepath.Join(work, "itemops.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_, _ = cmd.Process.Wait()
+		}
+	}()
+
+	finalized := watchFinalizing(ctx, c, backups)
+	var samples []sample
+	deadline := t0.Add(cfg.maxDuration + 10*cfg.sync + 2*time.Minute)
+	var peakRSS, peakPluginRSS int64
+	var last sample
+	for {
+		time.Sleep(time.Second)
+		s := observe(cmd.Process.Pid, metricsAddr)
+		s.finalizing = finalized.count()
+		peakRSS = max(peakRSS, s.rssBytes)
+		peakPluginRSS = max(peakPluginRSS, s.pluginRSS)
+		samples = append(samples, s)
+		last = s
+		if s.finalizing == len(backups) || time.Now().After(deadline) {
+			break
+		}
+	}
+	hwm := highWaterMark(cmd.Process.Pid)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	writesAfter, err := apiWrites(ctx, fast)
+	if err != nil {
+		return nil, err
+	}
+
+	polls, err := readPolls(pollLog)
+	if err != nil {
+		return nil, err
+	}
+	launches, err := countLines(launchLog)
+	if err != nil {
+		return nil, err
+	}
+	return analyse(cfg, t0, ops, backups, finalized.times(), polls, samples, analysis{
+		writes:        diff(writesAfter, writesBefore),
+		cpuSeconds:    last.cpuSeconds,
+		pluginCPU:     last.pluginCPU,
+		peakRSS:       max(peakRSS, hwm),
+		peakPluginRSS: peakPluginRSS,
+		launches:      launches,
+		timedOut:      last.finalizing < len(backups),
+	}), nil
+}
+
+func storeIn(dir string) (*sim.Store, error) {
+	if err := os.Setenv(sim.EnvStateDir, dir); err != nil {
+		return nil, err
+	}
+	return sim.NewStore()
+}
+
+// createOperations creates the Backups and ItemOperations. An operation's
+// completes holds its duration (as time since the zero time) until its
+// transfer starts.
+func createOperations(ctx context.Context, c client.Client, cfg config) ([]operation, []*velerov1api.Backup, error) {
+	rng := rand.New(rand.NewPCG(1, uint64(cfg.ops)))
+	per := cfg.ops / cfg.parents
+	backups := make([]*velerov1api.Backup, cfg.parents)
+	for i := range backups {
+		b := &velerov1api.Backup{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%03d", i), Namespace: envtest.VeleroNamespace}}
+		if err := c.Create(ctx, b); err != nil {
+			return nil, nil, err
+		}
+		patch := client.MergeFrom(b.DeepCopy())
+		b.Status = velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations, BackupItemOperationsAttempted: per,
+			StartTimestamp: &metav1.Time{Time: time.Now()}}
+		if err := c.Patch(ctx, b, patch); err != nil {
+			return nil, nil, err
+		}
+		backups[i] = b
+	}
+	ops := make([]operation, per*cfg.parents)
+	span := cfg.maxDuration - cfg.minDuration
+	for i := range ops {
+		d := cfg.minDuration + time.Duration(rng.Int64N(int64(span)+1))
+		ops[i] = operation{id: fmt.Sprintf("bench-op-%05d", i), parent: i % cfg.parents, completes: time.Time{}.Add(d)}
+	}
+	work := make(chan int)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				b := backups[ops[i].parent]
+				op := &itemopsv1alpha1.ItemOperation{
+					ObjectMeta: metav1.ObjectMeta{Name: ops[i].id, Namespace: envtest.VeleroNamespace,
+						Labels: map[string]string{itemopsv1alpha1.LabelParentKind: "Backup", itemopsv1alpha1.LabelParentUID: string(b.UID)}},
+					Spec: itemopsv1alpha1.ItemOperationSpec{
+						Parent:      itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: b.Name, UID: string(b.UID)},
+						Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: datamover},
+						OperationID: ops[i].id,
+						Resource:    itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumeclaims", Namespace: "bench", Name: ops[i].id},
+						Timeout:     &metav1.Duration{Duration: time.Hour},
+					},
+				}
+				if err := c.Create(ctx, op); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := range ops {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return nil, nil, fmt.Errorf("creating operations: %w", err)
+	default:
+	}
+	return ops, backups, nil
+}
+
+// finalizing records when each Backup was first seen in Finalizing*.
+type finalizing struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func (f *finalizing) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.seen)
+}
+
+func (f *finalizing) times() map[string]time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]time.Time, len(f.seen))
+	for k, v := range f.seen {
+		out[k] = v
+	}
+	return out
+}
+
+func watchFinalizing(ctx context.Context, c client.WithWatch, backups []*velerov1api.Backup) *finalizing {
+	f := &finalizing{seen: map[string]time.Time{}}
+	list := &velerov1api.BackupList{}
+	w, err := c.Watch(ctx, list, client.InNamespace(envtest.VeleroNamespace))
+	if err != nil {
+		fail(err)
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			b, ok := ev.Object.(*velerov1api.Backup)
+			if !ok {
+				continue
+			}
+			if b.Status.Phase == velerov1api.BackupPhaseFinalizing || b.Status.Phase == velerov1api.BackupPhaseFinalizingPartiallyFailed {
+				f.mu.Lock()
+				if _, ok := f.seen[b.Name]; !ok {
+					f.seen[b.Name] = time.Now()
+				}
+				f.mu.Unlock()
+			}
+		}
+	}()
+	return f
+}
+
+// observe samples the operator: its Progress calls, CPU and memory, and
+// those of its plugin processes.
+func observe(pid int, metricsAddr string) sample {
+	s := sample{at: time.Now()}
+	s.cpuSeconds, s.rssBytes = procUsage(pid)
+	for _, child := range children(pid) {
+		cpu, rss := procUsage(child)
+		s.pluginCPU += cpu
+		s.pluginRSS += rss
+		s.pluginProcs++
+	}
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		return s
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return s
+	}
+	if f, ok := families["itemops_progress_calls_total"]; ok {
+		for _, m := range f.GetMetric() {
+			s.calls += m.GetCounter().GetValue()
+		}
+	}
+	return s
+}
+
+var clockTicks = 100.0 // USER_HZ on Linux
+
+// procUsage reads a process's CPU seconds and resident memory from /proc.
+func procUsage(pid int) (float64, int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	// Fields after the command name, which may hold spaces.
+	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(fields) < 22 {
+		return 0, 0
+	}
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	rssPages, _ := strconv.ParseInt(fields[21], 10, 64)
+	return (utime + stime) / clockTicks, rssPages * int64(os.Getpagesize())
+}
+
+// highWaterMark is the peak resident memory of a process (VmHWM).
+func highWaterMark(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// children lists the child processes of pid.
+func children(pid int) []int {
+	var out []int
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if child, err := strconv.Atoi(f); err == nil {
+				out = append(out, child)
+			}
+		}
+	}
+	return out
+}
+
+// apiWrites reads the API server's count of write requests, by resource.
+func apiWrites(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(raw)))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		switch labels["verb"] {
+		case "POST", "PUT", "PATCH", "DELETE", "APPLY", "CREATE", "UPDATE":
+		default:
+			continue
+		}
+		key := labels["resource"]
+		if labels["subresource"] != "" {
+			key += "/" + labels["subresource"]
+		}
+		out[key] += m.GetCounter().GetValue()
+	}
+	return out, nil
+}
+
+func diff(after, before map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// poll is one Progress call the plugin answered.
+type poll struct {
+	at        time.Time
+	completed bool
+}
+
+func readPolls(path string) (map[string][]poll, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("no Progress call reached the plugin: %w", err)
+	}
+	defer f.Close()
+	out := map[string][]poll{}
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) != 3 {
+			continue
+		}
+		ns, err := strconv.ParseInt(fields[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		out[fields[0]] = append(out[fields[0]], poll{at: time.Unix(0, ns), completed: fields[2] == "1"})
+	}
+	return out, s.Err()
+}
+
+func countLines(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strings.Count(string(b), "\n"), nil
+}
+
+func freeAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
