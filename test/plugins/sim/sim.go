@@ -165,7 +165,6 @@ func LogLaunch() {
 	fmt.Fprintf(f, "%d %d\n", os.Getpid(), time.Now().UnixNano())
 }
 
-
 // logPoll records a Progress answer when EnvPollLog asks for it.
 func (s *Store) logPoll(id string, p velero.OperationProgress, at time.Time) {
 	if s.polls == nil {
