@@ -76,6 +76,7 @@ func main() {
 		log.Error(err, "no Kubernetes API server to talk to: set --kubeconfig or KUBECONFIG, or run in a cluster")
 		os.Exit(1)
 	}
+	cfg.QPS, cfg.Burst = float32(opts.KubeAPIQPS), opts.KubeAPIBurst
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,

@@ -162,6 +162,11 @@ func newItemOperation(parent client.Object, gvk schema.GroupVersionKind, kind it
 	for _, item := range r.PostOperationItems {
 		op.Spec.PostOperationItems = append(op.Spec.PostOperationItems, resourceFromVelero(item))
 	}
+	if r.Status.Phase != itemoperation.OperationPhaseCompleted && r.Status.Phase != itemoperation.OperationPhaseFailed {
+		// Created with the finalizer it will need, rather than patched
+		// with it: one API write less per operation.
+		op.Finalizers = []string{itemopsv1alpha1.Finalizer}
+	}
 	return op, nil
 }
 

@@ -277,6 +277,7 @@ func newSnapshotOperation(backup *velerov1api.Backup, index int, pluginName stri
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: backup.Name, UID: backup.UID,
 			}},
+			Finalizers: []string{itemopsv1alpha1.Finalizer},
 		},
 		Spec: itemopsv1alpha1.ItemOperationSpec{
 			Parent:           itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: backup.Name, UID: string(backup.UID)},

@@ -94,6 +94,10 @@ type Options struct {
 	HealthProbeBindAddress string
 	// LeaderElect makes replicas elect one active manager.
 	LeaderElect bool
+	// KubeAPIQPS and KubeAPIBurst bound the manager's requests to the API
+	// server (client-side rate limit).
+	KubeAPIQPS   int
+	KubeAPIBurst int
 }
 
 // New returns the defaults.
@@ -111,6 +115,8 @@ func New() Options {
 		CredentialsDir:          filepath.Join(os.TempDir(), "itemops-credentials"),
 		MetricsBindAddress:      ":8080",
 		HealthProbeBindAddress:  ":8081",
+		KubeAPIQPS:              100,
+		KubeAPIBurst:            200,
 	}
 }
 
@@ -129,6 +135,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus metrics endpoint; 0 turns it off")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one active manager among replicas (a Lease in the Velero namespace)")
+	fs.IntVar(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "requests per second the manager may send to the API server")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "requests the manager may send to the API server at once above --kube-api-qps")
 }
 
 // Validate returns every problem with the options at once, each naming its flag.
@@ -166,6 +174,8 @@ func (o Options) Validate() error {
 	}{
 		{"--max-concurrent-reconciles", o.MaxConcurrentReconciles},
 		{"--max-progress-failures", o.MaxProgressFailures},
+		{"--kube-api-qps", o.KubeAPIQPS},
+		{"--kube-api-burst", o.KubeAPIBurst},
 	} {
 		if n.value < 1 {
 			errs = append(errs, fmt.Errorf("%s must be at least 1, got %d", n.flag, n.value))

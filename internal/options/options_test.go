@@ -57,7 +57,7 @@ func TestFlagsAreParsed(t *testing.T) {
 		"--sync-frequency=2s", "--max-concurrent-reconciles=32", "--plugin-call-timeout=5s",
 		"--progress-update-interval=1m", "--max-progress-failures=3", "--stall-after=30m",
 		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--leader-elect",
-		"--credentials-dir=/run/itemops/credentials")
+		"--credentials-dir=/run/itemops/credentials", "--kube-api-qps=500", "--kube-api-burst=1000")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(o).To(Equal(Options{
 		Mode:                    ModeManage,
@@ -73,6 +73,8 @@ func TestFlagsAreParsed(t *testing.T) {
 		MetricsBindAddress:      "0",
 		HealthProbeBindAddress:  "127.0.0.1:9440",
 		LeaderElect:             true,
+		KubeAPIQPS:              500,
+		KubeAPIBurst:            1000,
 	}))
 }
 
@@ -96,6 +98,7 @@ func TestBadValuesAreRejectedWithTheirFlag(t *testing.T) {
 		{"zero concurrency", []string{"--max-concurrent-reconciles=0"}, []string{"--max-concurrent-reconciles must be at least 1, got 0"}},
 		{"zero failure budget", []string{"--max-progress-failures=0"}, []string{"--max-progress-failures must be at least 1, got 0"}},
 		{"no probe address", []string{"--health-probe-bind-address="}, []string{"--health-probe-bind-address must be set"}},
+		{"zero API rate", []string{"--kube-api-qps=0"}, []string{"--kube-api-qps must be at least 1, got 0"}},
 		{
 			"every problem at once",
 			[]string{"--sync-frequency=0s", "--max-concurrent-reconciles=0", "--velero-namespace=A"},

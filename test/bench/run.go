@@ -258,8 +258,10 @@ func createOperations(ctx context.Context, c client.Client, cfg config) ([]opera
 			for i := range work {
 				b := backups[ops[i].parent]
 				op := &itemopsv1alpha1.ItemOperation{
+					// As ingestion creates them: with the finalizer.
 					ObjectMeta: metav1.ObjectMeta{Name: ops[i].id, Namespace: envtest.VeleroNamespace,
-						Labels: map[string]string{itemopsv1alpha1.LabelParentKind: "Backup", itemopsv1alpha1.LabelParentUID: string(b.UID)}},
+						Labels:     map[string]string{itemopsv1alpha1.LabelParentKind: "Backup", itemopsv1alpha1.LabelParentUID: string(b.UID)},
+						Finalizers: []string{itemopsv1alpha1.Finalizer}},
 					Spec: itemopsv1alpha1.ItemOperationSpec{
 						Parent:      itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: b.Name, UID: string(b.UID)},
 						Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: datamover},
