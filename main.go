@@ -133,6 +133,8 @@ func main() {
 		StallAfter:              opts.StallAfter,
 		MaxProgressFailures:     opts.MaxProgressFailures,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+		ETAPolling:              opts.ETAPolling,
+		MinPollInterval:         opts.MinPollInterval,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "setting up the ItemOperation controller")
 		os.Exit(1)

@@ -77,6 +77,11 @@ type ItemOperationReconciler struct {
 	MaxProgressFailures int
 	// MaxConcurrentReconciles bounds parallel reconciles.
 	MaxConcurrentReconciles int
+	// ETAPolling polls an operation whose progress predicts it finishes
+	// before the next regular poll at the predicted time instead, but never
+	// sooner than MinPollInterval after the last poll.
+	ETAPolling      bool
+	MinPollInterval time.Duration
 }
 
 // SnapshotLocations reads VolumeSnapshotLocations.
@@ -203,7 +208,25 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if op.Status.Phase.IsTerminal() {
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{RequeueAfter: min(jitter(r.pollInterval(op)), max(deadline.Sub(now), time.Millisecond))}, nil
+	return ctrl.Result{RequeueAfter: min(r.nextPoll(op, now), max(deadline.Sub(now), time.Millisecond))}, nil
+}
+
+// etaMargin is added to a predicted completion, so that the poll at the
+// predicted time finds the operation done rather than a moment short of it.
+const etaMargin = 100 * time.Millisecond
+
+// nextPoll is when to poll a running operation again: the sync frequency
+// (with jitter, backed off after failures), or with ETA polling the
+// predicted completion when that comes first.
+func (r *ItemOperationReconciler) nextPoll(op *itemopsv1alpha1.ItemOperation, now time.Time) time.Duration {
+	next := jitter(r.pollInterval(op))
+	if !r.ETAPolling || op.Status.PollFailures > 0 || op.Status.EstimatedCompletion == nil {
+		return next
+	}
+	if until := op.Status.EstimatedCompletion.Sub(now) + etaMargin; until < next {
+		return max(until, r.MinPollInterval)
+	}
+	return next
 }
 
 // maxRetryInterval bounds the backoff between failing polls.

@@ -86,3 +86,34 @@ func TestAPhaseIsNotChangedTwiceFromAStaleCopy(t *testing.T) {
 		t.Errorf("the stale copy's status was written: %q", got.Status.Error)
 	}
 }
+
+func TestETAPollingPollsAtThePredictedCompletion(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	eta := func(d time.Duration) *itemopsv1alpha1.ItemOperation {
+		return &itemopsv1alpha1.ItemOperation{Status: itemopsv1alpha1.ItemOperationStatus{EstimatedCompletion: &metav1.Time{Time: now.Add(d)}}}
+	}
+	on := &ItemOperationReconciler{SyncFrequency: 10 * time.Second, ETAPolling: true, MinPollInterval: time.Second}
+	off := &ItemOperationReconciler{SyncFrequency: 10 * time.Second, MinPollInterval: time.Second}
+	cases := []struct {
+		name     string
+		r        *ItemOperationReconciler
+		op       *itemopsv1alpha1.ItemOperation
+		min, max time.Duration
+	}{
+		{"done before the next poll", on, eta(3 * time.Second), 3*time.Second + etaMargin, 3*time.Second + etaMargin},
+		{"done after the next poll", on, eta(time.Minute), 10 * time.Second, 11 * time.Second},
+		{"done any moment", on, eta(100 * time.Millisecond), time.Second, time.Second},
+		{"no prediction", on, &itemopsv1alpha1.ItemOperation{}, 10 * time.Second, 11 * time.Second},
+		{"failing polls back off", on, func() *itemopsv1alpha1.ItemOperation {
+			op := eta(3 * time.Second)
+			op.Status.PollFailures = 2
+			return op
+		}(), 20 * time.Second, 22 * time.Second},
+		{"off", off, eta(3 * time.Second), 10 * time.Second, 11 * time.Second},
+	}
+	for _, tc := range cases {
+		if got := tc.r.nextPoll(tc.op, now); got < tc.min || got > tc.max {
+			t.Errorf("%s: next poll in %s, want %s to %s", tc.name, got, tc.min, tc.max)
+		}
+	}
+}

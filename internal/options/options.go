@@ -94,6 +94,10 @@ type Options struct {
 	HealthProbeBindAddress string
 	// LeaderElect makes replicas elect one active manager.
 	LeaderElect bool
+	// ETAPolling polls an operation at its predicted completion when that
+	// comes before the next regular poll, no sooner than MinPollInterval.
+	ETAPolling      bool
+	MinPollInterval time.Duration
 	// KubeAPIQPS and KubeAPIBurst bound the manager's requests to the API
 	// server (client-side rate limit).
 	KubeAPIQPS   int
@@ -115,6 +119,7 @@ func New() Options {
 		CredentialsDir:          filepath.Join(os.TempDir(), "itemops-credentials"),
 		MetricsBindAddress:      ":8080",
 		HealthProbeBindAddress:  ":8081",
+		MinPollInterval:         time.Second,
 		KubeAPIQPS:              100,
 		KubeAPIBurst:            200,
 	}
@@ -135,6 +140,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus metrics endpoint; 0 turns it off")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of the /healthz and /readyz endpoints")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one active manager among replicas (a Lease in the Velero namespace)")
+	fs.BoolVar(&o.ETAPolling, "eta-polling", o.ETAPolling, "poll an operation at its predicted completion when that comes before the next regular poll")
+	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", o.MinPollInterval, "with --eta-polling, the least time between two polls of an operation")
 	fs.IntVar(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "requests per second the manager may send to the API server")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "requests the manager may send to the API server at once above --kube-api-qps")
 }
@@ -163,6 +170,7 @@ func (o Options) Validate() error {
 		{"--plugin-call-timeout", o.PluginCallTimeout},
 		{"--progress-update-interval", o.ProgressUpdateInterval},
 		{"--stall-after", o.StallAfter},
+		{"--min-poll-interval", o.MinPollInterval},
 	} {
 		if d.value <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be a positive duration, got %s", d.flag, d.value))

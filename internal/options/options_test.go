@@ -57,7 +57,8 @@ func TestFlagsAreParsed(t *testing.T) {
 		"--sync-frequency=2s", "--max-concurrent-reconciles=32", "--plugin-call-timeout=5s",
 		"--progress-update-interval=1m", "--max-progress-failures=3", "--stall-after=30m",
 		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--leader-elect",
-		"--credentials-dir=/run/itemops/credentials", "--kube-api-qps=500", "--kube-api-burst=1000")
+		"--credentials-dir=/run/itemops/credentials", "--kube-api-qps=500", "--kube-api-burst=1000",
+		"--eta-polling", "--min-poll-interval=500ms")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(o).To(Equal(Options{
 		Mode:                    ModeManage,
@@ -75,6 +76,8 @@ func TestFlagsAreParsed(t *testing.T) {
 		LeaderElect:             true,
 		KubeAPIQPS:              500,
 		KubeAPIBurst:            1000,
+		ETAPolling:              true,
+		MinPollInterval:         500 * time.Millisecond,
 	}))
 }
 
