@@ -96,6 +96,11 @@ func main() {
 		os.Exit(1)
 	}
 
+	if err := controllers.SetupIndexes(context.Background(), mgr); err != nil {
+		log.Error(err, "setting up the cache indexes")
+		os.Exit(1)
+	}
+
 	// Plugins are found before anything can ask for one; what cannot be used
 	// is logged and skipped, never fatal.
 	plugins := plugin.NewManager(plugin.Options{

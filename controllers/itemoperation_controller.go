@@ -31,10 +31,13 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -97,15 +100,40 @@ func (r *ItemOperationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("itemoperation").
 		For(&itemopsv1alpha1.ItemOperation{}).
-		Watches(&velerov1api.Backup{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent)).
-		Watches(&velerov1api.Restore{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent)).
+		Watches(&velerov1api.Backup{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent), builder.WithPredicates(parentChangeMatters())).
+		Watches(&velerov1api.Restore{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent), builder.WithPredicates(parentChangeMatters())).
 		Watches(&velerov1api.DeleteBackupRequest{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfDeletedBackup)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(r)
 }
 
 func (r *ItemOperationReconciler) operationsOfParent(ctx context.Context, parent client.Object) []reconcile.Request {
-	return r.requestsFor(ctx, parent.GetNamespace(), client.MatchingLabels{itemopsv1alpha1.LabelParentUID: string(parent.GetUID())})
+	return r.requestsFor(ctx, parent.GetNamespace(), client.MatchingFields{IndexParentUID: string(parent.GetUID())})
+}
+
+// parentChangeMatters passes the changes of a Backup or Restore that its
+// operations act on: its deletion, and a phase that means cancel (Failed,
+// Deleting). Counters and other phases do not wake every operation of the
+// parent, which in manage mode would re-poll them all whenever one finished.
+func parentChangeMatters() predicate.Predicate {
+	cancelling := func(obj client.Object) bool {
+		switch p := obj.(type) {
+		case *velerov1api.Backup:
+			return p.Status.Phase == velerov1api.BackupPhaseFailed || p.Status.Phase == velerov1api.BackupPhaseDeleting ||
+				!p.DeletionTimestamp.IsZero()
+		case *velerov1api.Restore:
+			return p.Status.Phase == velerov1api.RestorePhaseFailed || !p.DeletionTimestamp.IsZero()
+		}
+		return false
+	}
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return cancelling(e.ObjectNew) != cancelling(e.ObjectOld) || e.ObjectNew.GetGeneration() != e.ObjectOld.GetGeneration()
+		},
+	}
 }
 
 func (r *ItemOperationReconciler) operationsOfDeletedBackup(ctx context.Context, obj client.Object) []reconcile.Request {
@@ -120,9 +148,9 @@ func (r *ItemOperationReconciler) operationsOfDeletedBackup(ctx context.Context,
 	return r.operationsOfParent(ctx, backup)
 }
 
-func (r *ItemOperationReconciler) requestsFor(ctx context.Context, namespace string, labels client.MatchingLabels) []reconcile.Request {
+func (r *ItemOperationReconciler) requestsFor(ctx context.Context, namespace string, selector client.ListOption) []reconcile.Request {
 	list := &itemopsv1alpha1.ItemOperationList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(namespace), labels); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(namespace), selector); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "listing operations of a parent")
 		return nil
 	}

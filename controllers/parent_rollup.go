@@ -109,15 +109,15 @@ func listOperations(ctx context.Context, c client.Client, namespace string, uid 
 	}), nil
 }
 
-// listAllOperations returns every ItemOperation of the parent with this UID.
+// listAllOperations returns every ItemOperation of the parent with this UID,
+// through the cache's index by parent UID: a label selector would make the
+// cache look at every ItemOperation of the namespace on every call.
 func listAllOperations(ctx context.Context, c client.Client, namespace string, uid types.UID) ([]itemopsv1alpha1.ItemOperation, error) {
 	list := &itemopsv1alpha1.ItemOperationList{}
-	if err := c.List(ctx, list, client.InNamespace(namespace),
-		client.MatchingLabels{itemopsv1alpha1.LabelParentUID: string(uid)}); err != nil {
+	if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{IndexParentUID: string(uid)}); err != nil {
 		return nil, fmt.Errorf("listing operations: %w", err)
 	}
-	ops := slices.DeleteFunc(list.Items, func(op itemopsv1alpha1.ItemOperation) bool { return op.Spec.Parent.UID != string(uid) })
-	return ops, nil
+	return list.Items, nil
 }
 
 // countOperations counts operations by outcome.

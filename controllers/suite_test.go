@@ -94,6 +94,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if err := SetupIndexes(context.Background(), mgr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	if err := mgr.Add(plugins); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

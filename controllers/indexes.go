@@ -1,0 +1,48 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+)
+
+// IndexParentUID indexes ItemOperations by spec.parent.uid in the cache, so
+// that listing a parent's operations costs its operations, not all of them.
+const IndexParentUID = "spec.parent.uid"
+
+// SetupIndexes registers the cache indexes the reconcilers list by. Call it
+// once per manager, before the reconcilers start.
+func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &itemopsv1alpha1.ItemOperation{}, IndexParentUID, parentUID); err != nil {
+		return fmt.Errorf("indexing ItemOperations by parent: %w", err)
+	}
+	return nil
+}
+
+func parentUID(obj client.Object) []string {
+	op, ok := obj.(*itemopsv1alpha1.ItemOperation)
+	if !ok || op.Spec.Parent.UID == "" {
+		return nil
+	}
+	return []string{op.Spec.Parent.UID}
+}
