@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"os"
 
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -140,6 +141,7 @@ func main() {
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		ETAPolling:              opts.ETAPolling,
 		MinPollInterval:         opts.MinPollInterval,
+		StatusWrites:            rate.NewLimiter(rate.Limit(opts.StatusWriteQPS), 2*opts.StatusWriteQPS),
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "setting up the ItemOperation controller")
 		os.Exit(1)

@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,6 +86,9 @@ type ItemOperationReconciler struct {
 	// sooner than MinPollInterval after the last poll.
 	ETAPolling      bool
 	MinPollInterval time.Duration
+	// StatusWrites, when set, bounds the writes that only report progress
+	// (see writeStatus); unbounded when nil.
+	StatusWrites *rate.Limiter
 }
 
 // SnapshotLocations reads VolumeSnapshotLocations.

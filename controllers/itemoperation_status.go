@@ -177,14 +177,26 @@ func setCondition(op *itemopsv1alpha1.ItemOperation, kind string, status metav1.
 // writeStatus patches the status when it really changed: at once for a new
 // phase, condition, error or failure count; for moving progress alone at
 // most once per ProgressUpdateInterval.
+//
+// Writes that only tell how far a running operation got (its progress, and
+// its first move to InProgress) share the StatusWrites budget and are
+// skipped when it is spent: the plugin stays the source of truth and the
+// next poll reads it again, so polls never wait for the API server. Every
+// other change (an end, an error, a failure count, a condition that needs
+// attention) is always written.
 func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op *itemopsv1alpha1.ItemOperation, now time.Time) error {
-	if !significantChange(&original.Status, &op.Status) {
+	significant := significantChange(&original.Status, &op.Status)
+	if !significant {
 		if equality.Semantic.DeepEqual(progressOnly(&original.Status), progressOnly(&op.Status)) {
 			return nil
 		}
 		if last := original.Status.LastPolled; last != nil && now.Sub(last.Time) < r.ProgressUpdateInterval {
 			return nil
 		}
+	}
+	if (!significant || onlyRunning(&original.Status, &op.Status)) && r.StatusWrites != nil && !r.StatusWrites.Allow() {
+		ctrl.LoggerFrom(ctx).V(1).Info("progress not written: the status write budget is spent")
+		return nil
 	}
 	op.Status.LastPolled = &metav1.Time{Time: now}
 	patch := client.MergeFrom(original)
@@ -249,6 +261,31 @@ func significantChange(before, after *itemopsv1alpha1.ItemOperationStatus) bool 
 		}
 	}
 	return false
+}
+
+// onlyRunning reports whether the only significant change is that a new or
+// running operation is seen running: its first InProgress, its Progressing
+// condition, and the status fields initialised with it.
+func onlyRunning(before, after *itemopsv1alpha1.ItemOperationStatus) bool {
+	if after.Phase != itemopsv1alpha1.OperationPhaseInProgress && after.Phase != itemopsv1alpha1.OperationPhaseNew {
+		return false
+	}
+	if before.Phase != after.Phase && before.Phase != itemopsv1alpha1.OperationPhaseNew && before.Phase != "" {
+		return false
+	}
+	if before.Error != after.Error || before.PollFailures != after.PollFailures {
+		return false
+	}
+	for _, c := range after.Conditions {
+		old := meta.FindStatusCondition(before.Conditions, c.Type)
+		if old != nil && old.Status == c.Status && old.Reason == c.Reason {
+			continue
+		}
+		if c.Type != itemopsv1alpha1.ConditionProgressing || c.Reason != itemopsv1alpha1.ReasonPolling {
+			return false
+		}
+	}
+	return len(before.Conditions) <= len(after.Conditions)
 }
 
 // progressOnly is the part of the status that moves on every poll.

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
@@ -115,5 +116,67 @@ func TestETAPollingPollsAtThePredictedCompletion(t *testing.T) {
 		if got := tc.r.nextPoll(tc.op, now); got < tc.min || got > tc.max {
 			t.Errorf("%s: next poll in %s, want %s to %s", tc.name, got, tc.min, tc.max)
 		}
+	}
+}
+
+// TestProgressWritesGiveWayWhenTheBudgetIsSpent: progress, and the first
+// InProgress, are skipped without budget; an end is always written.
+func TestProgressWritesGiveWayWhenTheBudgetIsSpent(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	stored := &itemopsv1alpha1.ItemOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero"},
+		Status:     itemopsv1alpha1.ItemOperationStatus{},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(stored).WithStatusSubresource(stored).Build()
+	ctx := context.Background()
+	r := &ItemOperationReconciler{Client: c, Recorder: record.NewFakeRecorder(10), ProgressUpdateInterval: time.Second,
+		StatusWrites: rate.NewLimiter(0, 0)}
+	now := time.Now()
+	get := func() *itemopsv1alpha1.ItemOperation {
+		got := &itemopsv1alpha1.ItemOperation{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(stored), got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	original := get()
+	op := original.DeepCopy()
+	r.initialize(op, now)
+	op.Status.Phase = itemopsv1alpha1.OperationPhaseInProgress
+	op.Status.NCompleted, op.Status.NTotal = 5, 10
+	setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionTrue, itemopsv1alpha1.ReasonPolling, "polling", now)
+	if err := r.writeStatus(ctx, original, op, now); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(); got.Status.Phase != "" {
+		t.Fatalf("the first InProgress was written without budget: %+v", got.Status)
+	}
+
+	original = get()
+	op = original.DeepCopy()
+	r.initialize(op, now)
+	op.Status.Phase = itemopsv1alpha1.OperationPhaseFailed
+	op.Status.Error = "simulated failure"
+	if err := r.writeStatus(ctx, original, op, now); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(); got.Status.Phase != itemopsv1alpha1.OperationPhaseFailed || got.Status.Error != "simulated failure" {
+		t.Fatalf("an end must always be written: %+v", got.Status)
+	}
+
+	// With budget, progress is written.
+	r.StatusWrites = nil
+	stored2 := get()
+	op = stored2.DeepCopy()
+	op.Status.NCompleted = 7
+	if err := r.writeStatus(ctx, stored2, op, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(); got.Status.NCompleted != 7 {
+		t.Fatalf("progress was not written with budget: %+v", got.Status)
 	}
 }

@@ -98,6 +98,9 @@ type Options struct {
 	// comes before the next regular poll, no sooner than MinPollInterval.
 	ETAPolling      bool
 	MinPollInterval time.Duration
+	// StatusWriteQPS bounds the status writes that only report progress;
+	// ends, errors and conditions are always written.
+	StatusWriteQPS int
 	// KubeAPIQPS and KubeAPIBurst bound the manager's requests to the API
 	// server (client-side rate limit).
 	KubeAPIQPS   int
@@ -120,6 +123,7 @@ func New() Options {
 		MetricsBindAddress:      ":8080",
 		HealthProbeBindAddress:  ":8081",
 		MinPollInterval:         time.Second,
+		StatusWriteQPS:          50,
 		KubeAPIQPS:              100,
 		KubeAPIBurst:            200,
 	}
@@ -142,6 +146,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one active manager among replicas (a Lease in the Velero namespace)")
 	fs.BoolVar(&o.ETAPolling, "eta-polling", o.ETAPolling, "poll an operation at its predicted completion when that comes before the next regular poll")
 	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", o.MinPollInterval, "with --eta-polling, the least time between two polls of an operation")
+	fs.IntVar(&o.StatusWriteQPS, "status-write-qps", o.StatusWriteQPS, "status writes per second that only report progress; beyond it they are skipped until the next poll (ends, errors and conditions are always written)")
 	fs.IntVar(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "requests per second the manager may send to the API server")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "requests the manager may send to the API server at once above --kube-api-qps")
 }
@@ -183,6 +188,7 @@ func (o Options) Validate() error {
 		{"--max-concurrent-reconciles", o.MaxConcurrentReconciles},
 		{"--max-progress-failures", o.MaxProgressFailures},
 		{"--kube-api-qps", o.KubeAPIQPS},
+		{"--status-write-qps", o.StatusWriteQPS},
 		{"--kube-api-burst", o.KubeAPIBurst},
 	} {
 		if n.value < 1 {

@@ -58,7 +58,7 @@ func TestFlagsAreParsed(t *testing.T) {
 		"--progress-update-interval=1m", "--max-progress-failures=3", "--stall-after=30m",
 		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--leader-elect",
 		"--credentials-dir=/run/itemops/credentials", "--kube-api-qps=500", "--kube-api-burst=1000",
-		"--eta-polling", "--min-poll-interval=500ms")
+		"--eta-polling", "--min-poll-interval=500ms", "--status-write-qps=20")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(o).To(Equal(Options{
 		Mode:                    ModeManage,
@@ -78,6 +78,7 @@ func TestFlagsAreParsed(t *testing.T) {
 		KubeAPIBurst:            1000,
 		ETAPolling:              true,
 		MinPollInterval:         500 * time.Millisecond,
+		StatusWriteQPS:          20,
 	}))
 }
 
