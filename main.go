@@ -155,6 +155,8 @@ func main() {
 		Store:  objectStorage,
 		Manage: opts.Mode == options.ModeManage,
 		Clock:  clock.RealClock{},
+		// Velero's own controller updates a parent's counters once per sync.
+		CounterInterval: opts.SyncFrequency,
 	}
 	backups := controllers.NewBackupReconciler(mgr.GetClient(), recorder, parentOpts)
 	if err := backups.SetupWithManager(mgr); err != nil {

@@ -198,7 +198,12 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		}
 	}
 	if op.Status.Phase.IsTerminal() {
-		// A finished operation has nothing left to cancel: release it at once.
+		// A finished operation has nothing left to cancel: release it. The
+		// release is not urgent, so it waits for the status write budget
+		// rather than compete with the writes that report ends.
+		if controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) && r.StatusWrites != nil && !r.StatusWrites.Allow() {
+			return ctrl.Result{RequeueAfter: jitter(r.SyncFrequency)}, nil
+		}
 		return ctrl.Result{}, r.removeFinalizer(ctx, op)
 	}
 	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -89,6 +90,9 @@ type ParentOptions struct {
 	Manage bool
 	// Clock decides when a parent whose operations cannot be read is given up.
 	Clock clock.Clock
+	// CounterInterval is the least time between two patches of a parent
+	// that only move its completed count; zero patches every change.
+	CounterInterval time.Duration
 }
 
 // parentCounters are a parent's operation counters as Velero stores them.
@@ -198,6 +202,10 @@ type parentReconciler[T client.Object] struct {
 	recorder record.EventRecorder
 	opts     ParentOptions
 	kind     parentKind[T]
+
+	mu sync.Mutex
+	// counted is when each parent's counters were last patched, by UID.
+	counted map[types.UID]time.Time
 }
 
 // SetupWithManager registers the reconciler; any change of an operation wakes its parent.
@@ -217,6 +225,7 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	phase := r.kind.phase(parent)
 	if !rollup.Owned(phase) {
+		r.forget(parent, phase)
 		return ctrl.Result{}, nil
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues(string(r.kind.kind), klog.KObj(parent)))
@@ -252,7 +261,13 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	counts.Failed += extra.Failed
 	next, counters := nextParentState(phase, old, counts, expected)
 	if next == phase && counters == old {
+		r.forget(parent, next)
 		return ctrl.Result{}, retryable(readErr)
+	}
+	if next == phase && counters.Failed == old.Failed && counters.Attempted == old.Attempted {
+		if wait := r.counterWait(parent); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, retryable(readErr)
+		}
 	}
 	if next == rollup.Finalizing || next == rollup.FinalizingPartiallyFailed {
 		// Velero's finalizer reads the file: it must hold what itemops saw.
@@ -275,11 +290,59 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	if err := r.client.Patch(ctx, parent, patch); err != nil {
 		return ctrl.Result{}, fmt.Errorf("updating %s %s: %w", r.kind.kind, parent.GetName(), err)
 	}
+	r.counterPatched(parent)
 	if next != phase {
 		ctrl.LoggerFrom(ctx).Info("moved "+string(r.kind.kind), "from", phase, "to", next)
 		recordPhase(r.recorder, parent, phase, next, counters)
 	}
+	r.forget(parent, next)
 	return ctrl.Result{}, retryable(readErr)
+}
+
+// counterWait is how long a patch that only moves a parent's completed count
+// must wait: Velero's own controller updates it once per sync, and with
+// thousands of operations ending together a patch per ending would be a
+// write storm on the parent.
+func (r *parentReconciler[T]) counterWait(parent T) time.Duration {
+	if r.opts.CounterInterval <= 0 {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.counted[parent.GetUID()]
+	if !ok {
+		return 0
+	}
+	return r.opts.CounterInterval - r.now().Sub(last)
+}
+
+func (r *parentReconciler[T]) counterPatched(parent T) {
+	if r.opts.CounterInterval <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.counted == nil {
+		r.counted = map[types.UID]time.Time{}
+	}
+	r.counted[parent.GetUID()] = r.now()
+}
+
+// forget drops what is kept of a parent that itemops no longer moves.
+func (r *parentReconciler[T]) forget(parent T, phase rollup.Phase) {
+	if rollup.Owned(phase) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.counted, parent.GetUID())
+}
+
+func (r *parentReconciler[T]) now() time.Time {
+	if r.opts.Clock == nil {
+		return time.Now()
+	}
+	return r.opts.Clock.Now()
 }
 
 // known is what a reconcile knows of a parent's operations.

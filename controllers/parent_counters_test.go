@@ -1,0 +1,120 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+)
+
+// TestCompletedCountIsPatchedOncePerInterval: operations ending one by one
+// move a parent's completed count at most once per CounterInterval, while a
+// failure and the final move are patched at once.
+func TestCompletedCountIsPatchedOncePerInterval(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{itemopsv1alpha1.AddToScheme, velerov1api.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backup := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-b"},
+		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations, BackupItemOperationsAttempted: 4},
+	}
+	objects := []client.Object{backup}
+	for i := range 4 {
+		objects = append(objects, &itemopsv1alpha1.ItemOperation{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("op-%d", i), Namespace: "velero"},
+			Spec: itemopsv1alpha1.ItemOperationSpec{
+				Parent: itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: "b", UID: "uid-b"},
+				Plugin: itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: "example.io/p"},
+			},
+			Status: itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress},
+		})
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objects...).
+		WithStatusSubresource(&itemopsv1alpha1.ItemOperation{}).
+		WithIndex(&itemopsv1alpha1.ItemOperation{}, IndexParentUID, parentUID).Build()
+	clock := clocktesting.NewFakeClock(time.Now())
+	r := NewBackupReconciler(c, record.NewFakeRecorder(100), ParentOptions{Manage: true, Clock: clock, CounterInterval: 10 * time.Second})
+
+	end := func(i int, phase itemopsv1alpha1.OperationPhase) {
+		t.Helper()
+		op := &itemopsv1alpha1.ItemOperation{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "velero", Name: fmt.Sprintf("op-%d", i)}, op); err != nil {
+			t.Fatal(err)
+		}
+		op.Status.Phase = phase
+		if err := c.Status().Update(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reconcile := func() (ctrl.Result, velerov1api.BackupStatus) {
+		t.Helper()
+		result, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(backup)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := &velerov1api.Backup{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(backup), got); err != nil {
+			t.Fatal(err)
+		}
+		return result, got.Status
+	}
+
+	end(0, itemopsv1alpha1.OperationPhaseCompleted)
+	if _, s := reconcile(); s.BackupItemOperationsCompleted != 1 {
+		t.Fatalf("the first completion was not counted at once: %+v", s)
+	}
+	end(1, itemopsv1alpha1.OperationPhaseCompleted)
+	clock.Step(4 * time.Second)
+	result, s := reconcile()
+	if s.BackupItemOperationsCompleted != 1 {
+		t.Errorf("a second completion 4s later was patched at once: completed = %d", s.BackupItemOperationsCompleted)
+	}
+	if result.RequeueAfter != 6*time.Second {
+		t.Errorf("the held count is written after %s, want 6s", result.RequeueAfter)
+	}
+	end(2, itemopsv1alpha1.OperationPhaseFailed)
+	if _, s := reconcile(); s.Phase != velerov1api.BackupPhaseWaitingForPluginOperationsPartiallyFailed ||
+		s.BackupItemOperationsCompleted != 2 || s.BackupItemOperationsFailed != 1 {
+		t.Errorf("a failure was not patched at once with the counts: %+v", s)
+	}
+	clock.Step(10 * time.Second)
+	end(3, itemopsv1alpha1.OperationPhaseCompleted)
+	if _, s := reconcile(); s.Phase != velerov1api.BackupPhaseFinalizingPartiallyFailed || s.BackupItemOperationsCompleted != 3 {
+		t.Errorf("the last operation's end did not move the backup on: %+v", s)
+	}
+	if len(r.counted) != 0 {
+		t.Errorf("a parent itemops no longer moves is still remembered: %v", r.counted)
+	}
+}
