@@ -234,6 +234,8 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 
 func (r *ItemOperationReconciler) phaseEvent(op *itemopsv1alpha1.ItemOperation) {
 	switch op.Status.Phase {
+	case itemopsv1alpha1.OperationPhaseInProgress:
+		r.Recorder.Event(op, corev1.EventTypeNormal, "Started", "the plugin reports the operation running")
 	case itemopsv1alpha1.OperationPhaseCompleted:
 		r.Recorder.Event(op, corev1.EventTypeNormal, "Completed", "the operation completed")
 	case itemopsv1alpha1.OperationPhaseFailed:

@@ -124,8 +124,8 @@ func New() Options {
 		HealthProbeBindAddress:  ":8081",
 		MinPollInterval:         time.Second,
 		StatusWriteQPS:          50,
-		KubeAPIQPS:              100,
-		KubeAPIBurst:            200,
+		KubeAPIQPS:              500,
+		KubeAPIBurst:            1000,
 	}
 }
 

@@ -44,6 +44,10 @@ func main() {
 	update := flag.Duration("update", 30*time.Second, "itemops --progress-update-interval")
 	minDuration := flag.Duration("min-duration", 20*time.Second, "shortest operation")
 	maxDuration := flag.Duration("max-duration", 80*time.Second, "longest operation")
+	eta := flag.Bool("eta", true, "run every size twice: with regular and with ETA-aware polling")
+	side := flag.Bool("side-by-side", true, "also run real Velero Backups with Velero's controller, then with itemops")
+	sideBackups := flag.Int("side-backups", 100, "Backups of the side-by-side run")
+	sideOps := flag.Int("side-ops", 100, "operations per Backup of the side-by-side run")
 	out := flag.String("out", "", "results directory (default test/bench/results in the checkout)")
 	extra := flag.String("itemops-args", "", "more itemops flags, space separated")
 	flag.Parse()
@@ -55,26 +59,58 @@ func main() {
 	if *out == "" {
 		*out = filepath.Join(root, "test", "bench", "results")
 	}
+	variants := []variant{regularPolling}
+	if *eta {
+		variants = append(variants, etaPolling)
+	}
 	var results []*result
 	for _, s := range strings.Split(*sizes, ",") {
+		if strings.TrimSpace(s) == "" {
+			continue // -ops= runs none
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < *parents {
 			fail(fmt.Errorf("-ops: %q is not a number of operations of at least -parents (%d)", s, *parents))
 		}
-		cfg := config{ops: n, parents: *parents, sync: *sync, update: *update,
-			minDuration: *minDuration, maxDuration: *maxDuration, extraArgs: strings.Fields(*extra)}
-		fmt.Fprintf(os.Stderr, "bench: %d operations over %d Backups, sync %s\n", n, *parents, *sync)
-		r, err := run(context.Background(), root, cfg)
+		for _, v := range variants {
+			cfg := config{ops: n, parents: *parents, sync: *sync, update: *update, polling: v,
+				minDuration: *minDuration, maxDuration: *maxDuration, extraArgs: append(v.args(), strings.Fields(*extra)...)}
+			fmt.Fprintf(os.Stderr, "bench: %d operations over %d Backups, sync %s, %s polling\n", n, *parents, *sync, v)
+			r, err := run(context.Background(), root, cfg)
+			if err != nil {
+				fail(err)
+			}
+			results = append(results, r)
+			fmt.Fprintln(os.Stderr, r.summary())
+		}
+	}
+	var sides []*sideRun
+	if *side {
+		sides, err = sideBySide(context.Background(), root, sideConfig{backups: *sideBackups, perBackup: *sideOps, sync: *sync,
+			minDuration: *minDuration, maxDuration: *maxDuration})
 		if err != nil {
 			fail(err)
 		}
-		results = append(results, r)
-		fmt.Fprintln(os.Stderr, r.summary())
 	}
-	if err := write(*out, results); err != nil {
+	if err := write(*out, results, sides); err != nil {
 		fail(err)
 	}
 	fmt.Fprintf(os.Stderr, "bench: results in %s\n", *out)
+}
+
+// variant is how itemops polls in a run.
+type variant string
+
+const (
+	regularPolling variant = "regular"
+	etaPolling     variant = "ETA-aware"
+)
+
+func (v variant) args() []string {
+	if v == etaPolling {
+		return []string{"--eta-polling=true"}
+	}
+	return []string{"--eta-polling=false"}
 }
 
 func fail(err error) {

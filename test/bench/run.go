@@ -50,6 +50,7 @@ type config struct {
 	ops, parents             int
 	sync, update             time.Duration
 	minDuration, maxDuration time.Duration
+	polling                  variant
 	extraArgs                []string
 }
 

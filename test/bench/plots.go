@@ -1,0 +1,95 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// plots draws the latency CDFs and the Progress calls per second.
+func plots(dir string, results []*result, sides []*sideRun) error {
+	if len(results) > 0 {
+		var series []any
+		for _, r := range results {
+			series = append(series, fmt.Sprintf("%d ops, %s", r.cfg.ops, r.cfg.polling), cdf(r.detections))
+		}
+		if err := save(dir, "detection-latency-cdf.png", "Detection latency (plugin-side completion → Progress call that sees it)",
+			"seconds (log scale)", "share of operations", true, series...); err != nil {
+			return err
+		}
+		series = series[:0]
+		for _, r := range results {
+			xy := make(plotter.XYs, len(r.callsPerSecondT))
+			for i, v := range r.callsPerSecondT {
+				xy[i] = plotter.XY{X: float64(i + 1), Y: v}
+			}
+			series = append(series, fmt.Sprintf("%d ops, %s", r.cfg.ops, r.cfg.polling), xy)
+		}
+		if err := save(dir, "progress-calls-per-second.png", "Progress calls per second", "seconds since the operations started",
+			"calls / s", false, series...); err != nil {
+			return err
+		}
+	}
+	if len(sides) > 0 {
+		var series []any
+		for _, r := range sides {
+			series = append(series, "followed by "+r.mode, cdf(r.parent))
+		}
+		if err := save(dir, "side-by-side-parent-latency-cdf.png", "Parent latency (last operation done → Backup Finalizing)",
+			"seconds (log scale)", "share of Backups", true, series...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cdf is the empirical distribution of ds, in seconds (at least 1 ms, for
+// a log scale).
+func cdf(ds []time.Duration) plotter.XYs {
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	xy := make(plotter.XYs, len(sorted))
+	for i, d := range sorted {
+		xy[i] = plotter.XY{X: max(d.Seconds(), 0.001), Y: float64(i+1) / float64(len(sorted))}
+	}
+	return xy
+}
+
+func save(dir, name, title, x, y string, logX bool, series ...any) error {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, x, y
+	if logX {
+		p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	}
+	p.Add(plotter.NewGrid())
+	if err := plotutil.AddLines(p, series...); err != nil {
+		return fmt.Errorf("plotting %s: %w", name, err)
+	}
+	p.Legend.Top = !logX
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("saving %s: %w", name, err)
+	}
+	return nil
+}
