@@ -131,7 +131,13 @@ func (r *ItemOperationReconciler) applyProgress(op *itemopsv1alpha1.ItemOperatio
 	s.Progress = progress.Format(s.NCompleted, s.NTotal, s.OperationUnits)
 	s.EstimatedCompletion = nil
 	if s.Started != nil {
-		if eta, ok := progress.ETA(s.Started.Time, now, s.NCompleted, s.NTotal); ok {
+		// The rate is measured at the plugin's own time of the reading when
+		// it gives one; the reconcile's start may be well before the call.
+		measured := now
+		if s.Updated != nil && s.Updated.After(s.Started.Time) {
+			measured = s.Updated.Time
+		}
+		if eta, ok := progress.ETA(s.Started.Time, measured, s.NCompleted, s.NTotal); ok {
 			s.EstimatedCompletion = &metav1.Time{Time: eta}
 		}
 	}

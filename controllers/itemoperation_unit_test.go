@@ -28,6 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 )
 
@@ -116,6 +118,22 @@ func TestETAPollingPollsAtThePredictedCompletion(t *testing.T) {
 		if got := tc.r.nextPoll(tc.op, now); got < tc.min || got > tc.max {
 			t.Errorf("%s: next poll in %s, want %s to %s", tc.name, got, tc.min, tc.max)
 		}
+	}
+}
+
+// TestETAIsMeasuredAtThePluginsTimeOfTheReading: the rate behind the
+// estimate is taken at the plugin's Updated time, not at the reconcile's
+// start, which may be long before the call; and it is not rounded.
+func TestETAIsMeasuredAtThePluginsTimeOfTheReading(t *testing.T) {
+	started := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	reconcileStart := started.Add(7 * time.Second)
+	reading := started.Add(10*time.Second + 300*time.Millisecond)
+	op := &itemopsv1alpha1.ItemOperation{Status: itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress}}
+	r := &ItemOperationReconciler{}
+	r.applyProgress(op, velero.OperationProgress{NCompleted: 50, NTotal: 100, Started: started, Updated: reading}, reconcileStart)
+	want := started.Add(20*time.Second + 600*time.Millisecond)
+	if got := op.Status.EstimatedCompletion; got == nil || !got.Time.Equal(want) {
+		t.Errorf("estimated completion = %v, want %v", got, want)
 	}
 }
 

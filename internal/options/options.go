@@ -122,6 +122,7 @@ func New() Options {
 		CredentialsDir:          filepath.Join(os.TempDir(), "itemops-credentials"),
 		MetricsBindAddress:      ":8080",
 		HealthProbeBindAddress:  ":8081",
+		ETAPolling:              true,
 		MinPollInterval:         time.Second,
 		StatusWriteQPS:          50,
 		KubeAPIQPS:              500,

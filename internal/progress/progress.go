@@ -74,7 +74,8 @@ func bytes(n int64) string {
 }
 
 // ETA estimates when the operation finishes from its average rate since it
-// started. It returns false when there is nothing to go on: no start time,
+// started, as measured at now (the plugin's own time of the measurement when
+// it reports one). It returns false when there is nothing to go on: no start time,
 // no total, nothing done yet, or already done.
 func ETA(started, now time.Time, done, total int64) (time.Time, bool) {
 	if started.IsZero() || total <= 0 || done <= 0 || done >= total || !now.After(started) {
@@ -82,5 +83,8 @@ func ETA(started, now time.Time, done, total int64) (time.Time, bool) {
 	}
 	elapsed := now.Sub(started)
 	remaining := time.Duration(float64(elapsed) * float64(total-done) / float64(done))
-	return now.Add(remaining).Truncate(time.Second), true
+	// Not rounded: ETA-aware polling schedules the next poll by it, and an
+	// estimate a fraction of a second early costs a poll that finds the
+	// operation not quite done.
+	return now.Add(remaining), true
 }

@@ -34,6 +34,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/itemops/itemops/test/envtest"
 )
 
@@ -51,6 +54,7 @@ func main() {
 	out := flag.String("out", "", "results directory (default test/bench/results in the checkout)")
 	extra := flag.String("itemops-args", "", "more itemops flags, space separated")
 	flag.Parse()
+	ctrl.SetLogger(logr.Discard())
 
 	root, err := envtest.RepoRoot()
 	if err != nil {

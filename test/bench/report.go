@@ -325,8 +325,12 @@ func writeSideBySide(md *strings.Builder, sides []*sideRun) {
 	for _, r := range sides {
 		p50, p99, pmax := percentiles(r.parent)
 		c50, c99, _ := percentiles(r.completed)
-		fmt.Fprintf(md, "| %s | %d | %s / %s / %s | %s / %s | %.1f s | %.1f s | %d | %.0f | %s | %d |\n",
-			r.mode, r.operations, round(p50), round(p99), round(pmax), round(c50), round(c99), r.cpuSeconds, r.itemopsCPU,
+		itemopsCPU := "–"
+		if r.mode == byItemops {
+			itemopsCPU = fmt.Sprintf("%.1f s", r.itemopsCPU)
+		}
+		fmt.Fprintf(md, "| %s | %d | %s / %s / %s | %s / %s | %.1f s | %s | %d | %.0f | %s | %d |\n",
+			r.mode, r.operations, round(p50), round(p99), round(pmax), round(c50), round(c99), r.cpuSeconds, itemopsCPU,
 			r.launches, sum(r.writes), r.duration.Round(time.Second), r.unfinished)
 	}
 	_, vp99, _ := percentiles(v.parent)
