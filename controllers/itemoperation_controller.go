@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -89,6 +90,10 @@ type ItemOperationReconciler struct {
 	// StatusWrites, when set, bounds the writes that only report progress
 	// (see writeStatus); unbounded when nil.
 	StatusWrites *rate.Limiter
+
+	// etaPolls holds the UIDs of the operations whose next poll is the one
+	// at their predicted completion.
+	etaPolls sync.Map
 }
 
 // SnapshotLocations reads VolumeSnapshotLocations.
@@ -186,6 +191,7 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("itemoperation", klog.KObj(op)))
 
 	if !op.DeletionTimestamp.IsZero() {
+		r.etaPolls.Delete(op.UID)
 		return ctrl.Result{}, r.reconcileDelete(ctx, op)
 	}
 	if op.Status.Phase == "" {
@@ -243,9 +249,19 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return ctrl.Result{}, err
 	}
 	if op.Status.Phase.IsTerminal() {
+		r.etaPolls.Delete(op.UID)
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{RequeueAfter: min(r.nextPoll(op, now), max(deadline.Sub(now), time.Millisecond))}, nil
+	// One early poll per regular interval: when the poll at the predicted
+	// completion finds the operation still running (its rate slowed), the
+	// next one is regular, so a slipping estimate never turns into a poll
+	// every MinPollInterval.
+	_, wasETA := r.etaPolls.LoadAndDelete(op.UID)
+	next, eta := r.nextPoll(op, now, !wasETA)
+	if eta {
+		r.etaPolls.Store(op.UID, struct{}{})
+	}
+	return ctrl.Result{RequeueAfter: min(next, max(deadline.Sub(now), time.Millisecond))}, nil
 }
 
 // etaMargin is added to a predicted completion, so that the poll at the
@@ -253,17 +269,18 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 const etaMargin = 100 * time.Millisecond
 
 // nextPoll is when to poll a running operation again: the sync frequency
-// (with jitter, backed off after failures), or with ETA polling the
-// predicted completion when that comes first.
-func (r *ItemOperationReconciler) nextPoll(op *itemopsv1alpha1.ItemOperation, now time.Time) time.Duration {
+// (with jitter, backed off after failures), or with ETA polling (when
+// allowed) the predicted completion when that comes first, in which case eta
+// is true.
+func (r *ItemOperationReconciler) nextPoll(op *itemopsv1alpha1.ItemOperation, now time.Time, allowETA bool) (time.Duration, bool) {
 	next := jitter(r.pollInterval(op))
-	if !r.ETAPolling || op.Status.PollFailures > 0 || op.Status.EstimatedCompletion == nil {
-		return next
+	if !r.ETAPolling || !allowETA || op.Status.PollFailures > 0 || op.Status.EstimatedCompletion == nil {
+		return next, false
 	}
 	if until := op.Status.EstimatedCompletion.Sub(now) + etaMargin; until < next {
-		return max(until, r.MinPollInterval)
+		return max(until, r.MinPollInterval), true
 	}
-	return next
+	return next, false
 }
 
 // maxRetryInterval bounds the backoff between failing polls.

@@ -206,6 +206,8 @@ type parentReconciler[T client.Object] struct {
 	mu sync.Mutex
 	// counted is when each parent's counters were last patched, by UID.
 	counted map[types.UID]time.Time
+	// ingestions is the last reading of each parent's operations file, by UID.
+	ingestions map[types.UID]ingestion
 }
 
 // SetupWithManager registers the reconciler; any change of an operation wakes its parent.
@@ -218,7 +220,7 @@ func (r *parentReconciler[T]) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // Reconcile implements reconcile.Reconciler.
-func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, err error) {
 	parent := r.kind.newObject()
 	if err := r.client.Get(ctx, req.NamespacedName, parent); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -233,6 +235,13 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	k, err := r.knownOperations(ctx, parent, old)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if k.recheck > 0 {
+		defer func() {
+			if err == nil && (result.RequeueAfter == 0 || result.RequeueAfter > k.recheck) {
+				result.RequeueAfter = k.recheck
+			}
+		}()
 	}
 	ops, expected, extra, readErr := k.ops, k.expected, k.invalid, k.readErr
 	if readErr != nil {
@@ -299,6 +308,75 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	return ctrl.Result{}, retryable(readErr)
 }
 
+// ingestSettle bounds how long after reading a parent's operations file
+// the ItemOperations created from it that the cache does not list yet are
+// taken as known without reading the file again.
+const ingestSettle = 10 * time.Second
+
+// ingestion is the last reading of a parent's operations file.
+type ingestion struct {
+	at       time.Time
+	expected int
+	invalid  rollup.Counts
+	// pending are the ItemOperations made from it that the cache has not
+	// listed yet, by name.
+	pending map[string]itemopsv1alpha1.ItemOperation
+}
+
+func (r *parentReconciler[T]) ingested(parent T, result ingestResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ingestions == nil {
+		r.ingestions = map[types.UID]ingestion{}
+	}
+	last := ingestion{at: r.now(), expected: result.expected, invalid: result.invalid,
+		pending: make(map[string]itemopsv1alpha1.ItemOperation, len(result.made))}
+	for _, op := range result.made {
+		last.pending[op.Name] = op
+	}
+	r.ingestions[parent.GetUID()] = last
+}
+
+// lastIngestion returns the operations made from the file that the cache
+// does not list yet, if it was read a moment ago. An operation the cache
+// has listed since is no longer pending: when it disappears (deleted), the
+// file is read again and it is made again.
+func (r *parentReconciler[T]) lastIngestion(parent T, cached []itemopsv1alpha1.ItemOperation) (ingestion, []itemopsv1alpha1.ItemOperation, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.ingestions[parent.GetUID()]
+	if !ok || r.now().Sub(last.at) >= ingestSettle {
+		return ingestion{}, nil, false
+	}
+	for _, op := range cached {
+		delete(last.pending, op.Name)
+	}
+	if len(last.pending) == 0 {
+		return ingestion{}, nil, false
+	}
+	pending := make([]itemopsv1alpha1.ItemOperation, 0, len(last.pending))
+	for _, op := range last.pending {
+		pending = append(pending, op)
+	}
+	return last, pending, true
+}
+
+// mergeOperations adds to the cached operations those made since that the
+// cache does not list yet.
+func mergeOperations(cached, made []itemopsv1alpha1.ItemOperation) []itemopsv1alpha1.ItemOperation {
+	listed := make(map[string]bool, len(cached))
+	for _, op := range cached {
+		listed[op.Name] = true
+	}
+	out := cached
+	for _, op := range made {
+		if !listed[op.Name] {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
 // counterWait is how long a patch that only moves a parent's completed count
 // must wait: Velero's own controller updates it once per sync, and with
 // thousands of operations ending together a patch per ending would be a
@@ -336,6 +414,7 @@ func (r *parentReconciler[T]) forget(parent T, phase rollup.Phase) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.counted, parent.GetUID())
+	delete(r.ingestions, parent.GetUID())
 }
 
 func (r *parentReconciler[T]) now() time.Time {
@@ -356,6 +435,9 @@ type known struct {
 	// readErr is why the operations file could not be read, or why
 	// operations Velero attempted are still missing.
 	readErr error
+	// recheck: operations made from the file are not listed by the cache
+	// yet; reconcile again after this long if nothing else does.
+	recheck time.Duration
 }
 
 // knownOperations lists the parent's ItemOperations and, while fewer exist
@@ -370,6 +452,17 @@ func (r *parentReconciler[T]) knownOperations(ctx context.Context, parent T, old
 	if r.opts.Store == nil || len(ops) >= max(old.Attempted, 1) {
 		return k, nil
 	}
+	if last, pending, ok := r.lastIngestion(parent, ops); ok {
+		// The file was read a moment ago and its operations created: the
+		// cache has not caught up yet, and every creation it sees wakes
+		// this parent again. Reading the file and creating again on each
+		// of those events would cost an object storage read and a create
+		// per record per event.
+		k.ops, k.invalid = mergeOperations(ops, pending), last.invalid
+		k.expected = max(old.Attempted, last.expected)
+		k.recheck = ingestSettle // in case one never shows up
+		return k, nil
+	}
 	records, err := r.kind.read(ctx, r.opts.Store, parent)
 	if err != nil {
 		k.readErr = err
@@ -379,11 +472,10 @@ func (r *parentReconciler[T]) knownOperations(ctx context.Context, parent T, old
 	if err != nil {
 		return known{}, err
 	}
+	r.ingested(parent, ingested)
 	k.invalid = ingested.invalid
 	k.expected = max(old.Attempted, ingested.expected)
-	if k.ops, err = listOperations(ctx, r.client, parent.GetNamespace(), parent.GetUID()); err != nil {
-		return known{}, err
-	}
+	k.ops = mergeOperations(ops, ingested.made)
 	if n := len(k.ops) + k.invalid.Total; n < old.Attempted {
 		// Velero uploads the file before it records the attempts, so
 		// records were lost: wait for them until no operation could
@@ -409,6 +501,9 @@ type ingestResult struct {
 	expected int
 	// invalid are records that cannot become ItemOperations; they count as failed.
 	invalid rollup.Counts
+	// made are the ItemOperations of the records that the cache did not
+	// list: created now, or found to exist already.
+	made []itemopsv1alpha1.ItemOperation
 }
 
 // ingest creates the ItemOperation of every record that has none yet.
@@ -437,6 +532,8 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 		if err := r.client.Create(ctx, op); err != nil {
 			switch {
 			case apierrors.IsAlreadyExists(err):
+				// Created by an earlier reconcile; the cache has not seen it yet.
+				result.made = append(result.made, *op)
 				continue
 			case apierrors.IsInvalid(err):
 				// Nothing can poll it: count it failed rather than wait for it forever.
@@ -452,6 +549,7 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 			}
 			return ingestResult{}, fmt.Errorf("creating ItemOperation %s: %w", op.Name, err)
 		}
+		result.made = append(result.made, *op)
 		created++
 	}
 	if created > 0 {

@@ -51,6 +51,7 @@ func main() {
 	side := flag.Bool("side-by-side", true, "also run real Velero Backups with Velero's controller, then with itemops")
 	sideBackups := flag.Int("side-backups", 100, "Backups of the side-by-side run")
 	sideOps := flag.Int("side-ops", 100, "operations per Backup of the side-by-side run")
+	measure := flag.Bool("capacity", true, "first measure the status writes per second the API server takes alone")
 	out := flag.String("out", "", "results directory (default test/bench/results in the checkout)")
 	extra := flag.String("itemops-args", "", "more itemops flags, space separated")
 	flag.Parse()
@@ -62,6 +63,14 @@ func main() {
 	}
 	if *out == "" {
 		*out = filepath.Join(root, "test", "bench", "results")
+	}
+	var capa *capacity
+	if *measure {
+		fmt.Fprintln(os.Stderr, "bench: the API server's capacity, alone")
+		if capa, err = measureCapacity(context.Background(), 10, 15*time.Second); err != nil {
+			fail(err)
+		}
+		fmt.Fprintf(os.Stderr, "bench: %.0f ItemOperation status writes/s (%d writers)\n", capa.statusPerSecond, capa.writers)
 	}
 	variants := []variant{regularPolling}
 	if *eta {
@@ -96,7 +105,7 @@ func main() {
 			fail(err)
 		}
 	}
-	if err := write(*out, results, sides); err != nil {
+	if err := write(*out, capa, results, sides); err != nil {
 		fail(err)
 	}
 	fmt.Fprintf(os.Stderr, "bench: results in %s\n", *out)

@@ -19,6 +19,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,8 +30,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 )
@@ -116,5 +119,74 @@ func TestCompletedCountIsPatchedOncePerInterval(t *testing.T) {
 	}
 	if len(r.counted) != 0 {
 		t.Errorf("a parent itemops no longer moves is still remembered: %v", r.counted)
+	}
+}
+
+// TestOperationsJustCreatedAreNotReadAgain: creating a parent's
+// ItemOperations wakes the parent once per creation while the cache (here:
+// one that lists none of them) still lags; those wake-ups must not read the
+// file, create everything again or report the operations missing.
+func TestOperationsJustCreatedAreNotReadAgain(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{itemopsv1alpha1.AddToScheme, velerov1api.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 20
+	backup := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-lag"},
+		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations, BackupItemOperationsAttempted: n},
+	}
+	records := make([]*itemoperation.BackupOperation, n)
+	for i := range records {
+		records[i] = backupRecord(backup, fmt.Sprintf("operation-%03d", i), itemoperation.OperationPhaseNew, time.Now())
+	}
+	store := newFakeStore()
+	store.setBackup(string(backup.UID), records)
+	creates := 0
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(backup).
+		WithIndex(&itemopsv1alpha1.ItemOperation{}, IndexParentUID, parentUID).
+		WithInterceptorFuncs(interceptor.Funcs{
+			List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+				if _, ok := list.(*itemopsv1alpha1.ItemOperationList); ok {
+					return nil // the cache has seen none of them yet
+				}
+				return c.List(ctx, list, opts...)
+			},
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				creates++
+				return c.Create(ctx, obj, opts...)
+			},
+		}).Build()
+	recorder := record.NewFakeRecorder(100)
+	clock := clocktesting.NewFakeClock(time.Now())
+	r := NewBackupReconciler(c, recorder, ParentOptions{Manage: true, Store: store, Clock: clock})
+	for range 3 {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(backup)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if reads, _ := store.counts(string(backup.UID)); reads != 1 {
+		t.Errorf("the operations file was read %d times for one ingestion", reads)
+	}
+	if creates != n {
+		t.Errorf("%d creates for %d records", creates, n)
+	}
+	close(recorder.Events)
+	for e := range recorder.Events {
+		if strings.Contains(e, reasonMissing) {
+			t.Errorf("operations just created were reported missing: %s", e)
+		}
+	}
+	// The cache never shows them (say they were deleted): after a while
+	// the file is read again, so nothing stays missing for ever.
+	clock.Step(ingestSettle)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(backup)}); err != nil {
+		t.Fatal(err)
+	}
+	if reads, _ := store.counts(string(backup.UID)); reads != 2 {
+		t.Errorf("the file was not read again once the operations failed to show up: %d reads", reads)
 	}
 }
