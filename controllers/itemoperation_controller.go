@@ -108,7 +108,10 @@ var _ SnapshotLocations = (*store.Store)(nil)
 func (r *ItemOperationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("itemoperation").
-		For(&itemopsv1alpha1.ItemOperation{}).
+		// Its own status writes do not wake an operation: it is polled on
+		// its schedule, not once more after every write.
+		For(&itemopsv1alpha1.ItemOperation{}, builder.WithPredicates(predicate.Or[client.Object](
+			predicate.GenerationChangedPredicate{}, deletionStarted()))).
 		Watches(&velerov1api.Backup{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent), builder.WithPredicates(parentChangeMatters())).
 		Watches(&velerov1api.Restore{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent), builder.WithPredicates(parentChangeMatters())).
 		Watches(&velerov1api.DeleteBackupRequest{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfDeletedBackup)).
@@ -200,17 +203,11 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		if finishedBeforeIngestion(op) {
 			original, now := op.DeepCopy(), r.Clock.Now()
 			r.initialize(op, now)
-			return ctrl.Result{}, r.writeStatus(ctx, original, op, now)
+			return r.writeEnd(ctx, original, op, now)
 		}
 	}
 	if op.Status.Phase.IsTerminal() {
-		// A finished operation has nothing left to cancel: release it. The
-		// release is not urgent, so it waits for the status write budget
-		// rather than compete with the writes that report ends.
-		if controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) && r.StatusWrites != nil && !r.StatusWrites.Allow() {
-			return ctrl.Result{RequeueAfter: jitter(r.SyncFrequency)}, nil
-		}
-		return ctrl.Result{}, r.removeFinalizer(ctx, op)
+		return r.release(ctx, op)
 	}
 	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {
 		patch := client.MergeFrom(op.DeepCopy())
@@ -232,7 +229,7 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		if err := r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now); err != nil {
 			return staleOr(err)
 		}
-		return ctrl.Result{}, r.writeStatus(ctx, original, op, now)
+		return r.writeEnd(ctx, original, op, now)
 	}
 	deadline := op.Status.Created.Add(r.timeout(op, parent))
 	if !now.Before(deadline) {
@@ -241,27 +238,60 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			itemopsv1alpha1.OperationPhaseFailed, now); err != nil {
 			return staleOr(err)
 		}
-		return ctrl.Result{}, r.writeStatus(ctx, original, op, now)
+		return r.writeEnd(ctx, original, op, now)
 	}
 
 	r.poll(ctx, op, parent, now)
-	if err := r.writeStatus(ctx, original, op, now); err != nil {
-		return ctrl.Result{}, err
-	}
 	if op.Status.Phase.IsTerminal() {
 		r.etaPolls.Delete(op.UID)
-		return ctrl.Result{}, nil
+		return r.writeEnd(ctx, original, op, now)
 	}
-	// One early poll per regular interval: when the poll at the predicted
-	// completion finds the operation still running (its rate slowed), the
-	// next one is regular, so a slipping estimate never turns into a poll
-	// every MinPollInterval.
-	_, wasETA := r.etaPolls.LoadAndDelete(op.UID)
-	next, eta := r.nextPoll(op, now, !wasETA)
+	if err := r.writeStatus(ctx, original, op, now); err != nil {
+		return staleOr(err)
+	}
+	// At most maxEarlyPolls early polls in a row: when they find the
+	// operation still running (its rate slowed), the next one is regular,
+	// so a slipping estimate never turns into a poll every MinPollInterval.
+	early := 0
+	if n, ok := r.etaPolls.LoadAndDelete(op.UID); ok {
+		early = n.(int)
+	}
+	next, eta := r.nextPoll(op, now, early < maxEarlyPolls)
 	if eta {
-		r.etaPolls.Store(op.UID, struct{}{})
+		r.etaPolls.Store(op.UID, early+1)
 	}
 	return ctrl.Result{RequeueAfter: min(next, max(deadline.Sub(now), time.Millisecond))}, nil
+}
+
+// maxEarlyPolls bounds the polls in a row made before the regular interval
+// because of a predicted completion: one clamped to MinPollInterval, then
+// one at the predicted time.
+const maxEarlyPolls = 2
+
+// writeEnd writes the status of an operation that just ended and then
+// releases it, in the same reconcile: its own status write does not wake it.
+func (r *ItemOperationReconciler) writeEnd(ctx context.Context, original, op *itemopsv1alpha1.ItemOperation, now time.Time) (ctrl.Result, error) {
+	if err := r.writeStatus(ctx, original, op, now); err != nil {
+		return staleOr(err)
+	}
+	return r.release(ctx, op)
+}
+
+// release removes the finalizer of a finished operation: it has nothing left
+// to cancel. The release is not urgent, so it waits for the status write
+// budget rather than compete with the writes that report ends.
+func (r *ItemOperationReconciler) release(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (ctrl.Result, error) {
+	if controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) && r.StatusWrites != nil && !r.StatusWrites.Allow() {
+		return ctrl.Result{RequeueAfter: jitter(r.SyncFrequency)}, nil
+	}
+	return ctrl.Result{}, r.removeFinalizer(ctx, op)
+}
+
+// deletionStarted passes the update that marks an object for deletion.
+func deletionStarted() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetDeletionTimestamp().IsZero() && !e.ObjectNew.GetDeletionTimestamp().IsZero()
+	}}
 }
 
 // etaMargin is added to a predicted completion, so that the poll at the

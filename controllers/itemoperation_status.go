@@ -216,7 +216,7 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 	if err := r.Client.Status().Patch(ctx, op, patch); err != nil {
 		if apierrors.IsConflict(err) {
 			ctrl.LoggerFrom(ctx).V(1).Info("status changed meanwhile; the newer copy is reconciled next")
-			return nil
+			return errStale
 		}
 		return fmt.Errorf("writing status: %w", err)
 	}

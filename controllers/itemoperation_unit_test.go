@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -75,8 +76,8 @@ func TestAPhaseIsNotChangedTwiceFromAStaleCopy(t *testing.T) {
 	op := stale.DeepCopy()
 	op.Status.Phase = itemopsv1alpha1.OperationPhaseFailed
 	op.Status.Error = "from the stale copy"
-	if err := r.writeStatus(ctx, stale, op, time.Now()); err != nil {
-		t.Fatalf("a conflict is not an error to retry: %v", err)
+	if err := r.writeStatus(ctx, stale, op, time.Now()); !errors.Is(err, errStale) {
+		t.Fatalf("a conflict must be retried on a fresh copy, got %v", err)
 	}
 	if len(recorder.Events) != 0 {
 		t.Errorf("an Event was recorded for a phase change that was not written: %s", <-recorder.Events)
