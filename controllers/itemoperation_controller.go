@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -90,10 +89,6 @@ type ItemOperationReconciler struct {
 	// StatusWrites, when set, bounds the writes that only report progress
 	// (see writeStatus); unbounded when nil.
 	StatusWrites *rate.Limiter
-
-	// etaPolls holds the UIDs of the operations whose next poll is the one
-	// at their predicted completion.
-	etaPolls sync.Map
 }
 
 // SnapshotLocations reads VolumeSnapshotLocations.
@@ -194,7 +189,6 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("itemoperation", klog.KObj(op)))
 
 	if !op.DeletionTimestamp.IsZero() {
-		r.etaPolls.Delete(op.UID)
 		return ctrl.Result{}, r.reconcileDelete(ctx, op)
 	}
 	if op.Status.Phase == "" {
@@ -243,30 +237,13 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 
 	r.poll(ctx, op, parent, now)
 	if op.Status.Phase.IsTerminal() {
-		r.etaPolls.Delete(op.UID)
 		return r.writeEnd(ctx, original, op, now)
 	}
 	if err := r.writeStatus(ctx, original, op, now); err != nil {
 		return staleOr(err)
 	}
-	// At most maxEarlyPolls early polls in a row: when they find the
-	// operation still running (its rate slowed), the next one is regular,
-	// so a slipping estimate never turns into a poll every MinPollInterval.
-	early := 0
-	if n, ok := r.etaPolls.LoadAndDelete(op.UID); ok {
-		early = n.(int)
-	}
-	next, eta := r.nextPoll(op, now, early < maxEarlyPolls)
-	if eta {
-		r.etaPolls.Store(op.UID, early+1)
-	}
-	return ctrl.Result{RequeueAfter: min(next, max(deadline.Sub(now), time.Millisecond))}, nil
+	return ctrl.Result{RequeueAfter: min(r.nextPoll(op, now), max(deadline.Sub(now), time.Millisecond))}, nil
 }
-
-// maxEarlyPolls bounds the polls in a row made before the regular interval
-// because of a predicted completion: one clamped to MinPollInterval, then
-// one at the predicted time.
-const maxEarlyPolls = 2
 
 // writeEnd writes the status of an operation that just ended and then
 // releases it, in the same reconcile: its own status write does not wake it.
@@ -299,18 +276,19 @@ func deletionStarted() predicate.Funcs {
 const etaMargin = 100 * time.Millisecond
 
 // nextPoll is when to poll a running operation again: the sync frequency
-// (with jitter, backed off after failures), or with ETA polling (when
-// allowed) the predicted completion when that comes first, in which case eta
-// is true.
-func (r *ItemOperationReconciler) nextPoll(op *itemopsv1alpha1.ItemOperation, now time.Time, allowETA bool) (time.Duration, bool) {
+// (with jitter, backed off after failures), or with ETA polling the
+// predicted completion when that comes first, but never sooner than
+// MinPollInterval: an estimate that keeps slipping costs at most a poll per
+// MinPollInterval until the operation ends.
+func (r *ItemOperationReconciler) nextPoll(op *itemopsv1alpha1.ItemOperation, now time.Time) time.Duration {
 	next := jitter(r.pollInterval(op))
-	if !r.ETAPolling || !allowETA || op.Status.PollFailures > 0 || op.Status.EstimatedCompletion == nil {
-		return next, false
+	if !r.ETAPolling || op.Status.PollFailures > 0 || op.Status.EstimatedCompletion == nil {
+		return next
 	}
 	if until := op.Status.EstimatedCompletion.Sub(now) + etaMargin; until < next {
-		return max(until, r.MinPollInterval), true
+		return max(until, r.MinPollInterval)
 	}
-	return next, false
+	return next
 }
 
 // maxRetryInterval bounds the backoff between failing polls.

@@ -123,7 +123,7 @@ func New() Options {
 		MetricsBindAddress:      ":8080",
 		HealthProbeBindAddress:  ":8081",
 		ETAPolling:              true,
-		MinPollInterval:         250 * time.Millisecond,
+		MinPollInterval:         time.Second,
 		StatusWriteQPS:          50,
 		KubeAPIQPS:              500,
 		KubeAPIBurst:            1000,
