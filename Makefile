@@ -75,6 +75,16 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 test-e2e: ## Run only the end-to-end suites: the itemops binary, and itemops beside the real velero server.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test ./test/e2e/... ./test/interop/... -count=1 -v
 
+# FUZZTIME bounds each fuzz target of test-chaos.
+FUZZTIME ?= 1m
+
+.PHONY: test-chaos
+test-chaos: ## Run every fuzz target for FUZZTIME (1m); their seed corpora also run in make test.
+	go test -run '^$$' -fuzz '^FuzzOperationsFile$$' -fuzztime $(FUZZTIME) ./controllers
+	go test -run '^$$' -fuzz '^FuzzFormat$$' -fuzztime $(FUZZTIME) ./internal/progress
+	go test -run '^$$' -fuzz '^FuzzETA$$' -fuzztime $(FUZZTIME) ./internal/progress
+	go test -run '^$$' -fuzz '^FuzzNext$$' -fuzztime $(FUZZTIME) ./internal/rollup
+
 .PHONY: bench
 bench: ## Measure itemops at 1,000 and 10,000 operations over 100 Backups; results in test/bench/results (about 15 minutes).
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go run ./test/bench $(BENCH_ARGS)

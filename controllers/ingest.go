@@ -219,6 +219,24 @@ func toRecord(op *itemopsv1alpha1.ItemOperation) opRecord {
 	return r
 }
 
+// recordCount is how many records of the operations file op stands for.
+func recordCount(op *itemopsv1alpha1.ItemOperation) int {
+	n, err := strconv.Atoi(op.Annotations[itemopsv1alpha1.AnnotationRecords])
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// recordCounts is how many records of the operations file ops stand for.
+func recordCounts(ops []itemopsv1alpha1.ItemOperation) int {
+	n := 0
+	for i := range ops {
+		n += recordCount(&ops[i])
+	}
+	return n
+}
+
 // recordIndex is the position of op's record in the operations file.
 func recordIndex(op *itemopsv1alpha1.ItemOperation) int {
 	i, err := strconv.Atoi(op.Annotations[itemopsv1alpha1.AnnotationRecordIndex])

@@ -215,6 +215,33 @@ func TestRecordOfAnotherBackupIsIgnored(t *testing.T) {
 	g.Expect(operationsOf(g, string(b.UID))).To(BeEmpty())
 }
 
+// TestRepeatedRecordIsOneOperationCountedTwice: Velero attempted both
+// records and polls each, so one ItemOperation follows the operation and the
+// Backup counts it twice, finalizes, and both records are written back.
+func TestRepeatedRecordIsOneOperationCountedTwice(t *testing.T) {
+	g := NewWithT(t)
+	b := backupWaitingFor(t, 3, velerov1api.BackupPhaseWaitingForPluginOperations)
+	fast := map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"}
+	repeated := backupRecord(b, startUpload(t, fast), itemoperation.OperationPhaseNew, time.Now())
+	other := backupRecord(b, startUpload(t, fast), itemoperation.OperationPhaseNew, time.Now())
+	files.setBackup(string(b.UID), []*itemoperation.BackupOperation{repeated, other, repeated})
+	patchBackupLabel(t, b)
+
+	g.Eventually(backupStatus(b), 15*time.Second, 100*time.Millisecond).Should(And(
+		HaveField("Phase", velerov1api.BackupPhaseFinalizing),
+		HaveField("BackupItemOperationsAttempted", 3),
+		HaveField("BackupItemOperationsCompleted", 3),
+	))
+	g.Expect(operationsOf(g, string(b.UID))).To(HaveLen(2))
+	g.Expect(parentEvents(g, b)).To(ContainElement(And(HavePrefix(reasonDuplicateRecord), ContainSubstring("record 2"),
+		ContainSubstring("repeats record 0"))))
+	written := files.backup(string(b.UID))
+	g.Expect(written).To(HaveLen(3))
+	for _, rec := range written {
+		g.Expect(rec.Status.Phase).To(Equal(itemoperation.OperationPhaseCompleted))
+	}
+}
+
 func TestRestoreOperationsAreReadAndWrittenBack(t *testing.T) {
 	g := NewWithT(t)
 	r := &velerov1api.Restore{

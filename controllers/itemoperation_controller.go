@@ -242,7 +242,10 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if err := r.writeStatus(ctx, original, op, now); err != nil {
 		return staleOr(err)
 	}
-	return ctrl.Result{RequeueAfter: min(r.nextPoll(op, now), max(deadline.Sub(now), time.Millisecond))}, nil
+	// Counted from the reconcile's start, so the time the call and the
+	// write took does not push the next poll past the interval.
+	next := min(r.nextPoll(op, now), deadline.Sub(now)) - r.Clock.Since(now)
+	return ctrl.Result{RequeueAfter: max(next, time.Millisecond)}, nil
 }
 
 // writeEnd writes the status of an operation that just ended and then
@@ -304,9 +307,11 @@ func (r *ItemOperationReconciler) pollInterval(op *itemopsv1alpha1.ItemOperation
 	return min(d, max(r.SyncFrequency, maxRetryInterval))
 }
 
-// jitter spreads polls of operations created together by up to 10%.
+// jitter spreads polls of operations created together over the last 10% of
+// the interval: early rather than late, so that every operation is still
+// polled at least once per interval.
 func jitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)/10+1))
+	return d - time.Duration(rand.Int64N(int64(d)/10+1))
 }
 
 // parent reads the operation's Backup or Restore.

@@ -105,15 +105,15 @@ func TestETAPollingPollsAtThePredictedCompletion(t *testing.T) {
 		min, max time.Duration
 	}{
 		{"done before the next poll", on, eta(3 * time.Second), 3*time.Second + etaMargin, 3*time.Second + etaMargin},
-		{"done after the next poll", on, eta(time.Minute), 10 * time.Second, 11 * time.Second},
+		{"done after the next poll", on, eta(time.Minute), 9 * time.Second, 10 * time.Second},
 		{"done any moment", on, eta(100 * time.Millisecond), time.Second, time.Second},
-		{"no prediction", on, &itemopsv1alpha1.ItemOperation{}, 10 * time.Second, 11 * time.Second},
+		{"no prediction", on, &itemopsv1alpha1.ItemOperation{}, 9 * time.Second, 10 * time.Second},
 		{"failing polls back off", on, func() *itemopsv1alpha1.ItemOperation {
 			op := eta(3 * time.Second)
 			op.Status.PollFailures = 2
 			return op
-		}(), 20 * time.Second, 22 * time.Second},
-		{"off", off, eta(3 * time.Second), 10 * time.Second, 11 * time.Second},
+		}(), 18 * time.Second, 20 * time.Second},
+		{"off", off, eta(3 * time.Second), 9 * time.Second, 10 * time.Second},
 	}
 	for _, tc := range cases {
 		if got := tc.r.nextPoll(tc.op, now); got < tc.min || got > tc.max {

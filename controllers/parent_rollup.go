@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +72,7 @@ const (
 	reasonNotWritten      = "OperationsFileNotWritten"
 	reasonForeignRecord   = "OperationRecordIgnored"
 	reasonInvalidRecord   = "OperationRecordInvalid"
+	reasonDuplicateRecord = "OperationRecordRepeated"
 	reasonGaveUp          = "OperationsUnknown"
 	reasonMissing         = "OperationsMissing"
 	defaultParentTimeout  = DefaultOperationTimeout
@@ -124,16 +126,19 @@ func listAllOperations(ctx context.Context, c client.Client, namespace string, u
 	return list.Items, nil
 }
 
-// countOperations counts operations by outcome.
+// countOperations counts the records of operations by outcome.
 func countOperations(ops []itemopsv1alpha1.ItemOperation) rollup.Counts {
 	counts := rollup.Counts{}
-	for _, op := range ops {
-		counts.Total++
-		switch op.Status.Phase {
+	for i := range ops {
+		// An operation repeated in the file counts once per record, as
+		// Velero counts it.
+		n := recordCount(&ops[i])
+		counts.Total += n
+		switch ops[i].Status.Phase {
 		case itemopsv1alpha1.OperationPhaseCompleted:
-			counts.Completed++
+			counts.Completed += n
 		case itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseCanceled:
-			counts.Failed++
+			counts.Failed += n
 		}
 	}
 	return counts
@@ -449,7 +454,7 @@ func (r *parentReconciler[T]) knownOperations(ctx context.Context, parent T, old
 		return known{}, err
 	}
 	k := known{ops: ops, expected: old.Attempted}
-	if r.opts.Store == nil || len(ops) >= max(old.Attempted, 1) {
+	if r.opts.Store == nil || recordCounts(ops) >= max(old.Attempted, 1) {
 		return k, nil
 	}
 	if last, pending, ok := r.lastIngestion(parent, ops); ok {
@@ -476,7 +481,7 @@ func (r *parentReconciler[T]) knownOperations(ctx context.Context, parent T, old
 	k.invalid = ingested.invalid
 	k.expected = max(old.Attempted, ingested.expected)
 	k.ops = mergeOperations(ops, ingested.made)
-	if n := len(k.ops) + k.invalid.Total; n < old.Attempted {
+	if n := recordCounts(k.ops) + k.invalid.Total; n < old.Attempted {
 		// Velero uploads the file before it records the attempts, so
 		// records were lost: wait for them until no operation could
 		// still be running, then give up.
@@ -513,18 +518,43 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 	for _, op := range existing {
 		have[op.Name] = true
 	}
-	result := ingestResult{}
-	created := 0
+	// A record repeated in the file (the same plugin and operation ID) is
+	// one operation: one ItemOperation follows it and counts for each record.
+	names := make([]string, len(records))
+	repeats, first := map[string]int{}, map[string]int{}
 	for i, rec := range records {
 		if rec.ParentUID != "" && rec.ParentUID != string(parent.GetUID()) {
 			r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonForeignRecord,
 				"record %d of the operations file belongs to %s UID %s, not this one; ignored", i, r.kind.kind, rec.ParentUID)
 			continue
 		}
+		names[i] = operationName(parent.GetName(), string(parent.GetUID()), rec.Plugin, rec.OperationID)
+		repeats[names[i]]++
+		if j, seen := first[names[i]]; seen {
+			r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonDuplicateRecord,
+				"record %d of the operations file repeats record %d (operation %q of plugin %q); one ItemOperation follows both and counts for each",
+				i, j, rec.OperationID, rec.Plugin)
+			continue
+		}
+		first[names[i]] = i
+	}
+	result := ingestResult{}
+	created := 0
+	for i, rec := range records {
+		if names[i] == "" {
+			continue
+		}
 		result.expected++
+		if first[names[i]] != i {
+			continue
+		}
 		op, err := newItemOperation(parent, r.kind.gvk, r.kind.kind, r.kind.pluginKind, i, rec)
 		if err != nil {
 			return ingestResult{}, err
+		}
+		n := repeats[op.Name]
+		if n > 1 {
+			op.Annotations[itemopsv1alpha1.AnnotationRecords] = strconv.Itoa(n)
 		}
 		if have[op.Name] {
 			continue
@@ -539,11 +569,11 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 				// Nothing can poll it: count it failed rather than wait for it forever.
 				r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonInvalidRecord,
 					"operation %q of plugin %q cannot be tracked and counts as failed: %v", rec.OperationID, rec.Plugin, err)
-				result.invalid.Total++
+				result.invalid.Total += n
 				if rec.Status.Phase != itemoperation.OperationPhaseCompleted {
-					result.invalid.Failed++
+					result.invalid.Failed += n
 				} else {
-					result.invalid.Completed++
+					result.invalid.Completed += n
 				}
 				continue
 			}
@@ -574,18 +604,22 @@ func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []ite
 		byName[op.Name] = op
 	}
 	out := make([]opRecord, 0, max(len(records), len(ops)))
+	inFile := map[string]bool{}
 	for _, rec := range records {
 		name := operationName(parent.GetName(), string(parent.GetUID()), rec.Plugin, rec.OperationID)
+		// Every record of a repeated operation gets its status.
 		if op, ok := byName[name]; ok {
 			rec = toRecord(&op)
-			delete(byName, name)
+			inFile[name] = true
 		}
 		out = append(out, rec)
 	}
 	// Operations that are not in the file (created by hand) go last, in record order.
 	rest := make([]itemopsv1alpha1.ItemOperation, 0, len(byName))
-	for _, op := range byName {
-		rest = append(rest, op)
+	for name, op := range byName {
+		if !inFile[name] {
+			rest = append(rest, op)
+		}
 	}
 	slices.SortFunc(rest, func(a, b itemopsv1alpha1.ItemOperation) int {
 		if d := recordIndex(&a) - recordIndex(&b); d != 0 {

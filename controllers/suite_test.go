@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -57,6 +58,12 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
+	if fuzzing() {
+		// A fuzz target needs no API server, and every fuzz worker
+		// would start its own.
+		return m.Run()
+	}
 	var err error
 	env, err = envtest.Start()
 	if err != nil {
@@ -140,6 +147,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 	}
 	return code
+}
+
+// fuzzing reports whether this process runs a fuzz target (-fuzz) or is one
+// of its workers.
+func fuzzing() bool {
+	for _, name := range []string{"test.fuzz", "test.fuzzworker"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			return true
+		}
+	}
+	return false
 }
 
 // zapLevel keeps the suite quiet unless ITEMOPS_TEST_VERBOSE is set.

@@ -35,6 +35,10 @@ const (
 	// AnnotationRecordIndex is the position of the operation's record in
 	// Velero's operations file, kept so the file is written back in order.
 	AnnotationRecordIndex = "itemops.io/record-index"
+	// AnnotationRecords is how many records of the operations file name
+	// this operation (the same plugin and operation ID), when more than one.
+	// Velero polls each record, so the operation counts once per record.
+	AnnotationRecords = "itemops.io/records"
 	// AnnotationRecordStatus is the status Velero recorded for the operation
 	// when it was read from the operations file; the status starts from it.
 	AnnotationRecordStatus = "itemops.io/record-status"

@@ -20,6 +20,7 @@ package progress
 
 import (
 	"fmt"
+	"math/bits"
 	"strings"
 	"time"
 )
@@ -41,8 +42,22 @@ func Format(done, total int64, units string) string {
 	if total <= 0 {
 		return amount(done) + suffix
 	}
-	percent := min(100, max(0, done*100/total))
-	return fmt.Sprintf("%s/%s%s (%d%%)", amount(done), amount(total), suffix, percent)
+	return fmt.Sprintf("%s/%s%s (%d%%)", amount(done), amount(total), suffix, percent(done, total))
+}
+
+// percent is the floor of done/total in percent, clamped to 0–100, for any
+// counts: done*100 would overflow for counts beyond 92 PB.
+func percent(done, total int64) int64 {
+	switch {
+	case done <= 0:
+		return 0
+	case done >= total:
+		return 100
+	}
+	hi, lo := bits.Mul64(uint64(done), 100)
+	// 0 < done < total, so the quotient is below 100 and hi below total.
+	q, _ := bits.Div64(hi, lo, uint64(total))
+	return int64(q)
 }
 
 // IsBytes reports whether units are bytes, however a plugin spells them.
@@ -82,9 +97,16 @@ func ETA(started, now time.Time, done, total int64) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	elapsed := now.Sub(started)
-	remaining := time.Duration(float64(elapsed) * float64(total-done) / float64(done))
+	remaining := float64(elapsed) * float64(total-done) / float64(done)
+	if remaining >= float64(maxEstimate) {
+		// Centuries away, or more than a Duration holds: no estimate.
+		return time.Time{}, false
+	}
 	// Not rounded: ETA-aware polling schedules the next poll by it, and an
 	// estimate a fraction of a second early costs a poll that finds the
 	// operation not quite done.
-	return now.Add(remaining), true
+	return now.Add(time.Duration(remaining)), true
 }
+
+// maxEstimate is the furthest an estimate may lie ahead.
+const maxEstimate = 100 * 365 * 24 * time.Hour

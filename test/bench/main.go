@@ -51,6 +51,8 @@ func main() {
 	side := flag.Bool("side-by-side", true, "also run real Velero Backups with Velero's controller, then with itemops")
 	sideBackups := flag.Int("side-backups", 100, "Backups of the side-by-side run")
 	sideOps := flag.Int("side-ops", 100, "operations per Backup of the side-by-side run")
+	sideFollow := flag.String("side-follow", byVelero+","+byItemops, "the side-by-side runs to make: velero, itemops or both")
+	sideKeep := flag.Bool("side-keep", false, "keep the side-by-side runs' work directories (logs at info level)")
 	measure := flag.Bool("capacity", true, "first measure the status writes per second the API server takes alone")
 	out := flag.String("out", "", "results directory (default test/bench/results in the checkout)")
 	extra := flag.String("itemops-args", "", "more itemops flags, space separated")
@@ -100,7 +102,7 @@ func main() {
 	var sides []*sideRun
 	if *side {
 		sides, err = sideBySide(context.Background(), root, sideConfig{backups: *sideBackups, perBackup: *sideOps, sync: *sync,
-			minDuration: *minDuration, maxDuration: *maxDuration})
+			minDuration: *minDuration, maxDuration: *maxDuration, follow: strings.Split(*sideFollow, ","), keep: *sideKeep})
 		if err != nil {
 			fail(err)
 		}

@@ -50,7 +50,7 @@ type result struct {
 	duration        time.Duration // t0 to the last Backup in Finalizing
 	calls           int
 	callsPerSecond  float64 // while every operation was running
-	polledShare     float64 // of the waits between two polls of a running operation, those within the sync interval (+10% jitter)
+	polledShare     float64 // of the waits between two polls of a running operation, those within the sync interval
 	firstPollP99    time.Duration
 	firstPollMax    time.Duration
 	detectionP50    time.Duration
@@ -99,7 +99,7 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 
 	// Coverage: between its first poll (itemops has started and listed it)
 	// and the poll that saw it complete, an operation should never wait
-	// longer than the sync interval, plus the 10% jitter that spreads polls.
+	// longer than the sync interval.
 	gaps, onTime, firstPolls := 0, 0, []time.Duration{}
 	for _, op := range ops {
 		ps := polls[op.id]
@@ -112,7 +112,7 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 				break
 			}
 			gaps++
-			if ps[i].at.Sub(ps[i-1].at) <= cfg.sync+cfg.sync/10 {
+			if ps[i].at.Sub(ps[i-1].at) <= cfg.sync {
 				onTime++
 			}
 		}

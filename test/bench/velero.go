@@ -48,6 +48,10 @@ type sideConfig struct {
 	backups, perBackup       int
 	sync                     time.Duration
 	minDuration, maxDuration time.Duration
+	// follow: the runs to make, of byVelero and byItemops.
+	follow []string
+	// keep: leave the work directory (logs, plugin state) in place.
+	keep bool
 }
 
 // Who follows the operations in a side-by-side run.
@@ -66,6 +70,12 @@ type sideRun struct {
 	// operation → the Backup seen in Finalizing* (and in Completed).
 	parent, completed []time.Duration
 	unfinished        int
+	// stuck: the unfinished Backups by their last phase.
+	stuck map[velerov1api.BackupPhase]int
+	// backedUp: Backups Velero had backed up (seen waiting for their
+	// operations), the last of them lastBackedUp after the first was created.
+	backedUp     int
+	lastBackedUp time.Duration
 	// cpuSeconds: velero server, itemops and every plugin process they
 	// started and reaped, over the whole run (backups included).
 	cpuSeconds, itemopsCPU float64
@@ -77,7 +87,7 @@ type sideRun struct {
 // sideBySide runs the same workload with Velero's controller, then with itemops.
 func sideBySide(ctx context.Context, root string, cfg sideConfig) ([]*sideRun, error) {
 	var runs []*sideRun
-	for _, mode := range []string{byVelero, byItemops} {
+	for _, mode := range cfg.follow {
 		fmt.Fprintf(os.Stderr, "bench: side by side, %d Backups × %d operations, followed by %s\n", cfg.backups, cfg.perBackup, mode)
 		r, err := runSide(ctx, root, cfg, mode)
 		if err != nil {
@@ -94,7 +104,11 @@ func runSide(ctx context.Context, root string, cfg sideConfig, mode string) (*si
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
+	if cfg.keep {
+		fmt.Fprintf(os.Stderr, "bench: %s run in %s\n", mode, work)
+	} else {
+		defer os.RemoveAll(work)
+	}
 	pluginDir := filepath.Join(work, "plugins")
 	if err := envtest.BuildSamplePlugins(pluginDir, "sample"); err != nil {
 		return nil, err
@@ -159,9 +173,13 @@ func runSide(ctx context.Context, root string, cfg sideConfig, mode string) (*si
 		if err != nil {
 			return nil, err
 		}
+		logLevel := "error"
+		if cfg.keep {
+			logLevel = "info"
+		}
 		itemops = exec.Command(binary, "--kubeconfig="+ve.Kubeconfig, "--mode=manage", "--velero-namespace="+envtest.VeleroNamespace,
 			"--plugin-dir="+pluginDir, "--sync-frequency="+cfg.sync.String(), "--metrics-bind-address="+metricsAddr,
-			"--health-probe-bind-address="+probes, "--credentials-dir="+filepath.Join(work, "credentials"), "--zap-log-level=error")
+			"--health-probe-bind-address="+probes, "--credentials-dir="+filepath.Join(work, "credentials"), "--zap-log-level="+logLevel)
 		itemops.Env = append(os.Environ(), pluginEnv...)
 		if err := startLogged(itemops, filepath.Join(work, "itemops.log")); err != nil {
 			return nil, err
@@ -214,11 +232,17 @@ func runSide(ctx context.Context, root string, cfg sideConfig, mode string) (*si
 		return nil, err
 	}
 	times := seen.times()
+	run.stuck = map[velerov1api.BackupPhase]int{}
 	for _, name := range backups {
 		end, ok := ends[name]
 		t := times[name]
+		if !t.waiting.IsZero() {
+			run.backedUp++
+			run.lastBackedUp = max(run.lastBackedUp, t.waiting.Sub(t0))
+		}
 		if !ok || t.finalizing.IsZero() {
 			run.unfinished++
+			run.stuck[t.phase]++
 			continue
 		}
 		run.operations += end.operations
@@ -319,7 +343,9 @@ func lastCompletions(stateDir string) (map[string]backupEnd, error) {
 
 // backupTimes is when a Backup was first seen in Finalizing* and in a final phase.
 type backupTimes struct {
-	finalizing, completed time.Time
+	// waiting: first seen waiting for its operations (Velero has backed it up).
+	waiting, finalizing, completed time.Time
+	phase                          velerov1api.BackupPhase
 }
 
 type backupWatch struct {
@@ -364,7 +390,12 @@ func watchBackups(ctx context.Context, c client.WithWatch) *backupWatch {
 			now := time.Now()
 			w.mu.Lock()
 			t := w.seen[b.Name]
+			t.phase = b.Status.Phase
 			switch b.Status.Phase {
+			case velerov1api.BackupPhaseWaitingForPluginOperations, velerov1api.BackupPhaseWaitingForPluginOperationsPartiallyFailed:
+				if t.waiting.IsZero() {
+					t.waiting = now
+				}
 			case velerov1api.BackupPhaseFinalizing, velerov1api.BackupPhaseFinalizingPartiallyFailed:
 				if t.finalizing.IsZero() {
 					t.finalizing = now
@@ -421,8 +452,9 @@ func stopProcess(cmd *exec.Cmd) float64 {
 
 func (r *sideRun) summary() string {
 	p50, p99, _ := percentiles(r.parent)
-	return fmt.Sprintf("bench: %s: %d operations, parent latency p50 %s p99 %s, CPU %.1f s, %d plugin launches, %.0f API writes, %d unfinished, %s",
-		r.mode, r.operations, round(p50), round(p99), r.cpuSeconds, r.launches, sum(r.writes), r.unfinished, round(r.duration))
+	return fmt.Sprintf("bench: %s: %d operations, parent latency p50 %s p99 %s, CPU %.1f s, %d plugin launches, %.0f API writes, %d unfinished %v, %d backed up by Velero (the last after %s), %s",
+		r.mode, r.operations, round(p50), round(p99), r.cpuSeconds, r.launches, sum(r.writes), r.unfinished, r.stuck,
+		r.backedUp, round(r.lastBackedUp), round(r.duration))
 }
 
 func sum(m map[string]float64) float64 {
