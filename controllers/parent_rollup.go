@@ -213,6 +213,11 @@ type parentReconciler[T client.Object] struct {
 	counted map[types.UID]time.Time
 	// ingestions is the last reading of each parent's operations file, by UID.
 	ingestions map[types.UID]ingestion
+	// moved are the parents this reconciler moved to Finalizing* that the
+	// cache still shows waiting, by UID: nothing is left to do for them, and
+	// a reconcile of the stale copy would write the operations file again
+	// only to fail on the optimistic lock.
+	moved map[types.UID]bool
 }
 
 // SetupWithManager registers the reconciler; any change of an operation wakes its parent.
@@ -233,6 +238,9 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	phase := r.kind.phase(parent)
 	if !rollup.Owned(phase) {
 		r.forget(parent, phase)
+		return ctrl.Result{}, nil
+	}
+	if r.wasMoved(parent) {
 		return ctrl.Result{}, nil
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues(string(r.kind.kind), klog.KObj(parent)))
@@ -310,6 +318,9 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 		recordPhase(r.recorder, parent, phase, next, counters)
 	}
 	r.forget(parent, next)
+	if !rollup.Owned(next) {
+		r.markMoved(parent)
+	}
 	return ctrl.Result{}, retryable(readErr)
 }
 
@@ -420,6 +431,22 @@ func (r *parentReconciler[T]) forget(parent T, phase rollup.Phase) {
 	defer r.mu.Unlock()
 	delete(r.counted, parent.GetUID())
 	delete(r.ingestions, parent.GetUID())
+	delete(r.moved, parent.GetUID())
+}
+
+func (r *parentReconciler[T]) markMoved(parent T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.moved == nil {
+		r.moved = map[types.UID]bool{}
+	}
+	r.moved[parent.GetUID()] = true
+}
+
+func (r *parentReconciler[T]) wasMoved(parent T) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.moved[parent.GetUID()]
 }
 
 func (r *parentReconciler[T]) now() time.Time {

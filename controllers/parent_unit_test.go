@@ -190,3 +190,71 @@ func TestOperationsJustCreatedAreNotReadAgain(t *testing.T) {
 		t.Errorf("the file was not read again once the operations failed to show up: %d reads", reads)
 	}
 }
+
+// TestAMovedParentIsNotWrittenAgainFromAStaleCopy: after moving a parent to
+// Finalizing, a reconcile of the cache's older copy (still waiting) neither
+// writes the operations file again nor patches the parent.
+func TestAMovedParentIsNotWrittenAgainFromAStaleCopy(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{itemopsv1alpha1.AddToScheme, velerov1api.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	backup := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-b"},
+		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations, BackupItemOperationsAttempted: 1},
+	}
+	op := &itemopsv1alpha1.ItemOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero"},
+		Spec: itemopsv1alpha1.ItemOperationSpec{
+			Parent: itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: "b", UID: "uid-b"},
+			Plugin: itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: "example.io/p"},
+		},
+		Status: itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseCompleted},
+	}
+	var stale *velerov1api.Backup
+	patches := 0
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(backup, op).
+		WithIndex(&itemopsv1alpha1.ItemOperation{}, IndexParentUID, parentUID).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if b, ok := obj.(*velerov1api.Backup); ok && stale != nil {
+					stale.DeepCopyInto(b)
+					return nil
+				}
+				return c.Get(ctx, key, obj, opts...)
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if _, ok := obj.(*velerov1api.Backup); ok {
+					patches++
+				}
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+	files := newFakeStore()
+	files.setBackup("uid-b", []*itemoperation.BackupOperation{{Spec: itemoperation.BackupOperationSpec{
+		BackupUID: "uid-b", BackupItemAction: "example.io/p", OperationID: "1"}}})
+	r := NewBackupReconciler(c, record.NewFakeRecorder(100), ParentOptions{Manage: true, Store: files})
+
+	stale = nil
+	cached := &velerov1api.Backup{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(backup), cached); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(backup)}); err != nil {
+		t.Fatal(err)
+	}
+	_, writesBefore := files.counts("uid-b")
+	if patches != 1 || writesBefore != 1 {
+		t.Fatalf("moving the backup took %d patches and %d file writes, want 1 and 1", patches, writesBefore)
+	}
+	stale = cached
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(backup)}); err != nil {
+		t.Fatalf("reconciling the stale copy: %v", err)
+	}
+	if _, writes := files.counts("uid-b"); patches != 1 || writes != writesBefore {
+		t.Errorf("the stale copy led to %d more patches and %d more file writes", patches-1, writes-writesBefore)
+	}
+}

@@ -207,7 +207,7 @@ func runSide(ctx context.Context, root string, cfg sideConfig, mode string) (*si
 	}
 	// Velero backs the Backups up one after another; allow for that, then
 	// for the operations and a Velero controller that falls far behind.
-	deadline := t0.Add(time.Duration(cfg.backups)*5*time.Second + cfg.maxDuration + 20*cfg.sync + 5*time.Minute)
+	deadline := t0.Add(time.Duration(cfg.backups)*10*time.Second + cfg.maxDuration + 20*cfg.sync + 5*time.Minute)
 	for seen.done(backups) < len(backups) && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
