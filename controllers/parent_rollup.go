@@ -434,6 +434,12 @@ func (r *parentReconciler[T]) forget(parent T, phase rollup.Phase) {
 	delete(r.moved, parent.GetUID())
 }
 
+func (r *parentReconciler[T]) settled(parent T) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.ingestions, parent.GetUID())
+}
+
 func (r *parentReconciler[T]) markMoved(parent T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -482,6 +488,9 @@ func (r *parentReconciler[T]) knownOperations(ctx context.Context, parent T, old
 	}
 	k := known{ops: ops, expected: old.Attempted}
 	if r.opts.Store == nil || recordCounts(ops) >= max(old.Attempted, 1) {
+		// Everything made from the last reading is listed: an operation
+		// that disappears from now on is read from the file again at once.
+		r.settled(parent)
 		return k, nil
 	}
 	if last, pending, ok := r.lastIngestion(parent, ops); ok {
