@@ -156,7 +156,8 @@ func main() {
 		Manage: opts.Mode == options.ModeManage,
 		Clock:  clock.RealClock{},
 		// Velero's own controller updates a parent's counters once per sync.
-		CounterInterval: opts.SyncFrequency,
+		CounterInterval:         opts.SyncFrequency,
+		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 	}
 	backups := controllers.NewBackupReconciler(mgr.GetClient(), recorder, parentOpts)
 	if err := backups.SetupWithManager(mgr); err != nil {

@@ -36,6 +36,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -95,6 +96,11 @@ type ParentOptions struct {
 	// CounterInterval is the least time between two patches of a parent
 	// that only move its completed count; zero patches every change.
 	CounterInterval time.Duration
+	// MaxConcurrentReconciles bounds parents reconciled at once (one when
+	// zero). A parent's reconcile may wait on object storage or create a
+	// hundred ItemOperations; one worker would make every other parent,
+	// one whose last operation just ended among them, wait behind it.
+	MaxConcurrentReconciles int
 }
 
 // parentCounters are a parent's operation counters as Velero stores them.
@@ -226,6 +232,7 @@ func (r *parentReconciler[T]) SetupWithManager(mgr ctrl.Manager) error {
 		Named(r.kind.controlName).
 		For(r.kind.newObject()).
 		Watches(&itemopsv1alpha1.ItemOperation{}, handler.EnqueueRequestsFromMapFunc(parentRequestForOperation(r.kind.kind))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
 		Complete(r)
 }
 

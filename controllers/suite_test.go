@@ -129,8 +129,8 @@ func run(m *testing.M) int {
 	}
 	// The suite runs in manage mode: the parents are moved on too.
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		NewBackupReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true}),
-		NewRestoreReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true}),
+		NewBackupReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4}),
+		NewRestoreReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4}),
 		&VolumeSnapshotReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("itemops"), Store: files, Clock: clock.RealClock{}},
 	} {
 		if err := r.SetupWithManager(mgr); err != nil {
