@@ -19,6 +19,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -378,4 +379,24 @@ func TestPluginCrashMidFlightRecovers(t *testing.T) {
 	g.Eventually(phaseOf(op), 20*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCompleted))
 	g.Expect(pluginState(t, id).Crashed).To(BeTrue(), "the plugin process did crash during a poll")
 	g.Expect(get(g, op).Status.PollFailures).To(BeZero(), "the answer after the restart reset the failure count")
+}
+
+// TestBoundedStatusIsAcceptedByTheAPI: the API server refuses a status with
+// a plugin's 80 KB error in a condition, and accepts it once bounded.
+func TestBoundedStatusIsAcceptedByTheAPI(t *testing.T) {
+	g := NewWithT(t)
+	op := newOperation(t, newBackup(t), "example.io/not-installed", "op-huge")
+	huge := "the plugin said: " + strings.Repeat("é", 40000)
+	write := func(bound bool) error {
+		current := get(g, op)
+		changed := current.DeepCopy()
+		changed.Status.Error = huge
+		setCondition(changed, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, itemopsv1alpha1.ReasonPollFailing, huge, time.Now())
+		if bound {
+			boundStatus(&changed.Status)
+		}
+		return env.Client.Status().Patch(context.Background(), changed, client.MergeFrom(current))
+	}
+	g.Expect(apierrors.IsInvalid(write(false))).To(BeTrue(), "the API accepted an 80 KB condition message")
+	g.Expect(write(true)).To(Succeed())
 }

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -191,6 +192,7 @@ func setCondition(op *itemopsv1alpha1.ItemOperation, kind string, status metav1.
 // other change (an end, an error, a failure count, a condition that needs
 // attention) is always written.
 func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op *itemopsv1alpha1.ItemOperation, now time.Time) error {
+	boundStatus(&op.Status)
 	significant := significantChange(&original.Status, &op.Status)
 	if !significant {
 		if equality.Semantic.DeepEqual(progressOnly(&original.Status), progressOnly(&op.Status)) {
@@ -370,4 +372,40 @@ func finishedBeforeIngestion(op *itemopsv1alpha1.ItemOperation) bool {
 	rec, err := recordStatus(op)
 	return err == nil && rec != nil &&
 		(rec.Phase == itemoperation.OperationPhaseCompleted || rec.Phase == itemoperation.OperationPhaseFailed)
+}
+
+// Bounds of the strings a plugin controls. A condition message longer than
+// the API's 32 KiB, or a status beyond the request size limit, would make
+// every status write of the operation fail and leave it stuck.
+const (
+	maxMessageBytes     = 32768
+	maxDescriptionBytes = 4096
+	maxUnitsBytes       = 256
+)
+
+// boundStatus cuts what a plugin reported to lengths the API accepts.
+func boundStatus(s *itemopsv1alpha1.ItemOperationStatus) {
+	s.Error = bounded(s.Error, maxMessageBytes)
+	s.Description = bounded(s.Description, maxDescriptionBytes)
+	s.OperationUnits = bounded(s.OperationUnits, maxUnitsBytes)
+	for i := range s.Conditions {
+		s.Conditions[i].Message = bounded(s.Conditions[i].Message, maxMessageBytes)
+	}
+}
+
+// bounded cuts s to at most n bytes of valid UTF-8, marking the cut with "…".
+func bounded(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	cut := s[:n-len(mark)]
+	// Drop a rune the cut split (at most three bytes of it).
+	for i := 0; i < utf8.UTFMax-1 && cut != ""; i++ {
+		if r, size := utf8.DecodeLastRuneInString(cut); r != utf8.RuneError || size > 1 {
+			break
+		}
+		cut = cut[:len(cut)-1]
+	}
+	return cut + mark
 }

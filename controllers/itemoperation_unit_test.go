@@ -19,8 +19,10 @@ package controllers
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/time/rate"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -197,5 +199,30 @@ func TestProgressWritesGiveWayWhenTheBudgetIsSpent(t *testing.T) {
 	}
 	if got := get(); got.Status.NCompleted != 7 {
 		t.Fatalf("progress was not written with budget: %+v", got.Status)
+	}
+}
+
+// TestPluginStringsAreBoundedToWhatTheAPIAccepts: a plugin's huge error,
+// description or units never make a status the API refuses, and a cut
+// never splits a character.
+func TestPluginStringsAreBoundedToWhatTheAPIAccepts(t *testing.T) {
+	huge := strings.Repeat("é", 40000) // two bytes each: a cut at an odd offset splits one
+	s := itemopsv1alpha1.ItemOperationStatus{Error: huge, Description: huge, OperationUnits: huge,
+		Conditions: []metav1.Condition{{Type: itemopsv1alpha1.ConditionProgressing, Message: "failing: " + huge}}}
+	boundStatus(&s)
+	for name, got := range map[string]struct {
+		value string
+		max   int
+	}{"error": {s.Error, maxMessageBytes}, "description": {s.Description, maxDescriptionBytes},
+		"units": {s.OperationUnits, maxUnitsBytes}, "condition message": {s.Conditions[0].Message, maxMessageBytes}} {
+		if len(got.value) > got.max || !utf8.ValidString(got.value) || !strings.HasSuffix(got.value, "…") {
+			t.Errorf("%s: %d bytes, valid UTF-8 %v, want at most %d ending in …", name, len(got.value), utf8.ValidString(got.value), got.max)
+		}
+	}
+	if got := bounded("short", 10); got != "short" {
+		t.Errorf("bounded cut a short string: %q", got)
+	}
+	if got := bounded("a\xffb"+strings.Repeat("x", 20), 10); got != "a\xffb"+strings.Repeat("x", 4)+"…" {
+		t.Errorf("bounded(invalid UTF-8 before the cut) = %q", got)
 	}
 }
