@@ -43,12 +43,7 @@ import (
 // failure and the final move are patched at once.
 func TestCompletedCountIsPatchedOncePerInterval(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{itemopsv1alpha1.AddToScheme, velerov1api.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scheme := unitScheme(t)
 	backup := &velerov1api.Backup{
 		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-b"},
 		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations, BackupItemOperationsAttempted: 4},
@@ -128,12 +123,7 @@ func TestCompletedCountIsPatchedOncePerInterval(t *testing.T) {
 // file, create everything again or report the operations missing.
 func TestOperationsJustCreatedAreNotReadAgain(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{itemopsv1alpha1.AddToScheme, velerov1api.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scheme := unitScheme(t)
 	const n = 20
 	backup := &velerov1api.Backup{
 		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-lag"},
@@ -196,12 +186,7 @@ func TestOperationsJustCreatedAreNotReadAgain(t *testing.T) {
 // writes the operations file again nor patches the parent.
 func TestAMovedParentIsNotWrittenAgainFromAStaleCopy(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{itemopsv1alpha1.AddToScheme, velerov1api.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scheme := unitScheme(t)
 	backup := &velerov1api.Backup{
 		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-b"},
 		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations, BackupItemOperationsAttempted: 1},
@@ -257,4 +242,16 @@ func TestAMovedParentIsNotWrittenAgainFromAStaleCopy(t *testing.T) {
 	if _, writes := files.counts("uid-b"); patches != 1 || writes != writesBefore {
 		t.Errorf("the stale copy led to %d more patches and %d more file writes", patches-1, writes-writesBefore)
 	}
+}
+
+// unitScheme knows ItemOperations and Velero's kinds, for the fake client.
+func unitScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{itemopsv1alpha1.AddToScheme, velerov1api.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return scheme
 }

@@ -31,11 +31,6 @@ func FuzzNext(f *testing.F) {
 	f.Add(string(WaitingForPluginOperations), -1, 0, 0)
 	f.Add(string(WaitingForPluginOperations), 1, -5, 0)
 	f.Add(string(WaitingForPluginOperations), 9223372036854775807, 9223372036854775807, 1)
-	order := map[Phase]int{
-		WaitingForPluginOperations: 0, WaitingForPluginOperationsPartiallyFailed: 1,
-		Finalizing: 2, FinalizingPartiallyFailed: 3,
-	}
-	partial := map[Phase]bool{WaitingForPluginOperationsPartiallyFailed: true, FinalizingPartiallyFailed: true}
 	f.Fuzz(func(t *testing.T, phase string, total, completed, failed int) {
 		in, c := Phase(phase), Counts{Total: total, Completed: completed, Failed: failed}
 		got := Next(in, c)

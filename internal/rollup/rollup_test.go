@@ -62,14 +62,18 @@ func TestNext(t *testing.T) {
 	}
 }
 
+// order is the order of the phases itemops moves a parent through.
+var order = map[Phase]int{
+	WaitingForPluginOperations: 0, WaitingForPluginOperationsPartiallyFailed: 1,
+	Finalizing: 2, FinalizingPartiallyFailed: 3,
+}
+
+// partial are the phases that carry a failure.
+var partial = map[Phase]bool{WaitingForPluginOperationsPartiallyFailed: true, FinalizingPartiallyFailed: true}
+
 // TestNextNeverRegresses checks every phase and a grid of counts: a result is
 // never earlier in the order than its input, and a partial failure is never lost.
 func TestNextNeverRegresses(t *testing.T) {
-	order := map[Phase]int{
-		WaitingForPluginOperations: 0, WaitingForPluginOperationsPartiallyFailed: 1,
-		Finalizing: 2, FinalizingPartiallyFailed: 3,
-	}
-	partial := map[Phase]bool{WaitingForPluginOperationsPartiallyFailed: true, FinalizingPartiallyFailed: true}
 	for phase := range order {
 		for total := 0; total <= 4; total++ {
 			for completed := 0; completed <= total; completed++ {
