@@ -30,7 +30,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
@@ -107,20 +109,46 @@ func TestETAPollingPollsAtThePredictedCompletion(t *testing.T) {
 		min, max time.Duration
 	}{
 		{"done before the next poll", on, eta(3 * time.Second), 3*time.Second + etaMargin, 3*time.Second + etaMargin},
-		{"done after the next poll", on, eta(time.Minute), 9 * time.Second, 10 * time.Second},
+		{"done after the next poll", on, eta(time.Minute), 8700 * time.Millisecond, 9700 * time.Millisecond},
 		{"done any moment", on, eta(100 * time.Millisecond), time.Second, time.Second},
-		{"no prediction", on, &itemopsv1alpha1.ItemOperation{}, 9 * time.Second, 10 * time.Second},
+		{"no prediction", on, &itemopsv1alpha1.ItemOperation{}, 8700 * time.Millisecond, 9700 * time.Millisecond},
 		{"failing polls back off", on, func() *itemopsv1alpha1.ItemOperation {
 			op := eta(3 * time.Second)
 			op.Status.PollFailures = 2
 			return op
-		}(), 18 * time.Second, 20 * time.Second},
-		{"off", off, eta(3 * time.Second), 9 * time.Second, 10 * time.Second},
+		}(), 17400 * time.Millisecond, 19400 * time.Millisecond},
+		{"off", off, eta(3 * time.Second), 8700 * time.Millisecond, 9700 * time.Millisecond},
 	}
 	for _, tc := range cases {
-		if got := tc.r.nextPoll(tc.op, now); got < tc.min || got > tc.max {
+		if got := tc.r.nextPoll(tc.op, now, false); got < tc.min || got > tc.max {
 			t.Errorf("%s: next poll in %s, want %s to %s", tc.name, got, tc.min, tc.max)
 		}
+	}
+}
+
+// TestTheFirstPollSpreadsTheNextOverTheInterval: operations polled together
+// for the first time are not polled together again, yet each within the
+// interval.
+func TestTheFirstPollSpreadsTheNextOverTheInterval(t *testing.T) {
+	r := &ItemOperationReconciler{SyncFrequency: 10 * time.Second}
+	op := &itemopsv1alpha1.ItemOperation{}
+	lowest, highest := time.Hour, time.Duration(0)
+	buckets := map[time.Duration]int{}
+	for range 2000 {
+		next := r.nextPoll(op, time.Now(), true)
+		lowest, highest = min(lowest, next), max(highest, next)
+		buckets[next/time.Second]++
+	}
+	if lowest < time.Second || highest > 9700*time.Millisecond {
+		t.Fatalf("next polls from %s to %s, want within 1s to 9.7s", lowest, highest)
+	}
+	for s := time.Duration(1); s < 9; s++ {
+		if n := buckets[s]; n < 100 { // 230 expected in each second
+			t.Errorf("%d of 2000 next polls %ds to %ds after the first, want them spread evenly", n, s, s+1)
+		}
+	}
+	if later := r.nextPoll(op, time.Now(), false); later < 8700*time.Millisecond || later > 9700*time.Millisecond {
+		t.Errorf("a later poll comes %s after the previous, want 8.7s to 9.7s", later)
 	}
 }
 
@@ -224,5 +252,38 @@ func TestPluginStringsAreBoundedToWhatTheAPIAccepts(t *testing.T) {
 	}
 	if got := bounded("a\xffb"+strings.Repeat("x", 20), 10); got != "a\xffb"+strings.Repeat("x", 4)+"…" {
 		t.Errorf("bounded(invalid UTF-8 before the cut) = %q", got)
+	}
+}
+
+// TestOnlyParentChangesThatMatterWakeTheOperations: a Backup's counters move
+// its generation (Velero's CRDs have no status subresource), but must not
+// re-poll its hundred operations; a cancelling phase, a deletion and a new
+// timeout must.
+func TestOnlyParentChangesThatMatterWakeTheOperations(t *testing.T) {
+	old := &velerov1api.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b", Generation: 3},
+		Status: velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations}}
+	changed := func(change func(*velerov1api.Backup)) *velerov1api.Backup {
+		b := old.DeepCopy()
+		b.Generation++
+		change(b)
+		return b
+	}
+	cases := []struct {
+		name string
+		new  *velerov1api.Backup
+		want bool
+	}{
+		{"counters", changed(func(b *velerov1api.Backup) { b.Status.BackupItemOperationsCompleted = 7 }), false},
+		{"finalizing", changed(func(b *velerov1api.Backup) { b.Status.Phase = velerov1api.BackupPhaseFinalizing }), false},
+		{"failed", changed(func(b *velerov1api.Backup) { b.Status.Phase = velerov1api.BackupPhaseFailed }), true},
+		{"deleting", changed(func(b *velerov1api.Backup) { b.Status.Phase = velerov1api.BackupPhaseDeleting }), true},
+		{"deleted", changed(func(b *velerov1api.Backup) { b.DeletionTimestamp = &metav1.Time{Time: time.Now()} }), true},
+		{"timeout", changed(func(b *velerov1api.Backup) { b.Spec.ItemOperationTimeout = metav1.Duration{Duration: time.Hour} }), true},
+	}
+	p := parentChangeMatters()
+	for _, tc := range cases {
+		if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: tc.new}); got != tc.want {
+			t.Errorf("%s: wakes the operations = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

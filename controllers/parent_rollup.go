@@ -124,9 +124,14 @@ func listOperations(ctx context.Context, c client.Client, namespace string, uid 
 // listAllOperations returns every ItemOperation of the parent with this UID,
 // through the cache's index by parent UID: a label selector would make the
 // cache look at every ItemOperation of the namespace on every call.
+//
+// The items share their fields with the cache and must only be read: a
+// parent is listed on every change of one of its operations, and copying
+// its hundred operations each time was a fifth of the CPU at 10,000.
 func listAllOperations(ctx context.Context, c client.Client, namespace string, uid types.UID) ([]itemopsv1alpha1.ItemOperation, error) {
 	list := &itemopsv1alpha1.ItemOperationList{}
-	if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{IndexParentUID: string(uid)}); err != nil {
+	if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{IndexParentUID: string(uid)},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing operations: %w", err)
 	}
 	return list.Items, nil

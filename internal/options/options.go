@@ -92,6 +92,9 @@ type Options struct {
 	MetricsBindAddress string
 	// HealthProbeBindAddress serves /healthz and /readyz.
 	HealthProbeBindAddress string
+	// PprofBindAddress serves Go's /debug/pprof profiles; "0" (the default)
+	// turns them off.
+	PprofBindAddress string
 	// LeaderElect makes replicas elect one active manager.
 	LeaderElect bool
 	// ETAPolling polls an operation at its predicted completion when that
@@ -122,6 +125,7 @@ func New() Options {
 		CredentialsDir:          filepath.Join(os.TempDir(), "itemops-credentials"),
 		MetricsBindAddress:      ":8080",
 		HealthProbeBindAddress:  ":8081",
+		PprofBindAddress:        "0",
 		ETAPolling:              true,
 		MinPollInterval:         time.Second,
 		StatusWriteQPS:          50,
@@ -144,6 +148,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "writable directory where BackupStorageLocation credentials are put for the ObjectStore plugins (mode 0600)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus metrics endpoint; 0 turns it off")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of the /healthz and /readyz endpoints")
+	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", o.PprofBindAddress, "address of Go's /debug/pprof profiles; 0 turns them off")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one active manager among replicas (a Lease in the Velero namespace)")
 	fs.BoolVar(&o.ETAPolling, "eta-polling", o.ETAPolling, "poll an operation at its predicted completion when that comes before the next regular poll")
 	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", o.MinPollInterval, "with --eta-polling, the least time between two polls of an operation")

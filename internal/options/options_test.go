@@ -49,6 +49,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	g.Expect(o.MaxProgressFailures).To(Equal(5))
 	g.Expect(o.StallAfter).To(Equal(15 * time.Minute))
 	g.Expect(o.LeaderElect).To(BeFalse())
+	g.Expect(o.PprofBindAddress).To(Equal("0"))
 }
 
 func TestFlagsAreParsed(t *testing.T) {
@@ -56,7 +57,7 @@ func TestFlagsAreParsed(t *testing.T) {
 	o, err := parse("--mode=manage", "--velero-namespace=backup-system", "--plugin-dir=/opt/plugins",
 		"--sync-frequency=2s", "--max-concurrent-reconciles=32", "--plugin-call-timeout=5s",
 		"--progress-update-interval=1m", "--max-progress-failures=3", "--stall-after=30m",
-		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--leader-elect",
+		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--pprof-bind-address=127.0.0.1:6060", "--leader-elect",
 		"--credentials-dir=/run/itemops/credentials", "--kube-api-qps=500", "--kube-api-burst=1000",
 		"--eta-polling", "--min-poll-interval=500ms", "--status-write-qps=20")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -73,6 +74,7 @@ func TestFlagsAreParsed(t *testing.T) {
 		CredentialsDir:          "/run/itemops/credentials",
 		MetricsBindAddress:      "0",
 		HealthProbeBindAddress:  "127.0.0.1:9440",
+		PprofBindAddress:        "127.0.0.1:6060",
 		LeaderElect:             true,
 		KubeAPIQPS:              500,
 		KubeAPIBurst:            1000,

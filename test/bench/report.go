@@ -52,6 +52,8 @@ type result struct {
 	callsPerSecond  float64 // while every operation was running
 	polledShare     float64 // of the waits between two polls of a running operation, those within the sync interval
 	firstPollP99    time.Duration
+	waitP99         time.Duration // between two polls of a running operation
+	waitMax         time.Duration
 	firstPollMax    time.Duration
 	detectionP50    time.Duration
 	detectionP99    time.Duration
@@ -100,7 +102,7 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 	// Coverage: between its first poll (itemops has started and listed it)
 	// and the poll that saw it complete, an operation should never wait
 	// longer than the sync interval.
-	gaps, onTime, firstPolls := 0, 0, []time.Duration{}
+	gaps, onTime, firstPolls, waits := 0, 0, []time.Duration{}, []time.Duration{}
 	for _, op := range ops {
 		ps := polls[op.id]
 		if len(ps) == 0 {
@@ -112,6 +114,7 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 				break
 			}
 			gaps++
+			waits = append(waits, ps[i].at.Sub(ps[i-1].at))
 			if ps[i].at.Sub(ps[i-1].at) <= cfg.sync {
 				onTime++
 			}
@@ -121,6 +124,7 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 		r.polledShare = float64(onTime) / float64(gaps)
 	}
 	_, r.firstPollP99, r.firstPollMax = percentiles(firstPolls)
+	_, r.waitP99, r.waitMax = percentiles(waits)
 
 	// Parent latency: from the detection of its last operation to Finalizing.
 	var parents []time.Duration
@@ -196,8 +200,8 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 func (r *result) summary() string {
-	return fmt.Sprintf("bench: %d ops, %s polling: %.0f Progress calls/s, %.1f%% of polls within the interval, detection p50 %s p99 %s, parent p50 %s p99 %s, %.2f API writes/op, CPU %.1fs, peak RSS %s, %d plugin launches%s",
-		r.cfg.ops, r.cfg.polling, r.callsPerSecond, 100*r.polledShare, round(r.detectionP50), round(r.detectionP99), round(r.parentP50), round(r.parentP99),
+	return fmt.Sprintf("bench: %d ops, %s polling: %.0f Progress calls/s, %.1f%% of polls within the interval (wait p99 %s, max %s), detection p50 %s p99 %s, parent p50 %s p99 %s, %.2f API writes/op, CPU %.1fs, peak RSS %s, %d plugin launches%s",
+		r.cfg.ops, r.cfg.polling, r.callsPerSecond, 100*r.polledShare, round(r.waitP99), round(r.waitMax), round(r.detectionP50), round(r.detectionP99), round(r.parentP50), round(r.parentP99),
 		r.writesPerOp, r.cpuSeconds, mib(r.peakRSS), r.launches, timedOut(r.timedOut))
 }
 
