@@ -102,7 +102,7 @@ func main() {
 	var sides []*sideRun
 	if *side {
 		sides, err = sideBySide(context.Background(), root, sideConfig{backups: *sideBackups, perBackup: *sideOps, sync: *sync,
-			minDuration: *minDuration, maxDuration: *maxDuration, follow: strings.Split(*sideFollow, ","), keep: *sideKeep})
+			minDuration: *minDuration, maxDuration: *maxDuration, follow: strings.Split(*sideFollow, ","), keep: *sideKeep, extraArgs: strings.Fields(*extra)})
 		if err != nil {
 			fail(err)
 		}

@@ -259,6 +259,7 @@ func write(dir string, capa *capacity, results []*result, sides []*sideRun) erro
 		fmt.Fprintf(&md, "The API server of this machine (envtest's kube-apiserver and etcd, nothing else running) takes %.0f ItemOperation status writes a second from %d writers: "+
 			"every run below shares the same cores with it.\n\n", capa.statusPerSecond, capa.writers)
 	}
+	writeTargets(&md, targets(results, sides))
 	if len(results) > 0 {
 		fmt.Fprintf(&md, "## itemops at scale\n\nA real kube-apiserver and etcd (envtest), the itemops binary in manage mode, and the sample plugin in its fast mode; ")
 		fmt.Fprintf(&md, "operations of %s to %s spread over the Backups, all started when itemops starts.\n\n",

@@ -52,6 +52,8 @@ type sideConfig struct {
 	follow []string
 	// keep: leave the work directory (logs, plugin state) in place.
 	keep bool
+	// extraArgs: more itemops flags.
+	extraArgs []string
 }
 
 // Who follows the operations in a side-by-side run.
@@ -180,6 +182,7 @@ func runSide(ctx context.Context, root string, cfg sideConfig, mode string) (*si
 		itemops = exec.Command(binary, "--kubeconfig="+ve.Kubeconfig, "--mode=manage", "--velero-namespace="+envtest.VeleroNamespace,
 			"--plugin-dir="+pluginDir, "--sync-frequency="+cfg.sync.String(), "--metrics-bind-address="+metricsAddr,
 			"--health-probe-bind-address="+probes, "--credentials-dir="+filepath.Join(work, "credentials"), "--zap-log-level="+logLevel)
+		itemops.Args = append(itemops.Args, cfg.extraArgs...)
 		itemops.Env = append(os.Environ(), pluginEnv...)
 		if err := startLogged(itemops, filepath.Join(work, "itemops.log")); err != nil {
 			return nil, err

@@ -1,0 +1,149 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// target is one of the performance targets and what a run measured of it.
+type target struct {
+	name, want, got string
+	met             bool
+	// by: how far a missed target is from what it asks.
+	by string
+}
+
+// targets measures the runs of the most operations, and the side-by-side
+// run, against the targets itemops is held to (2 cores, 10 s sync):
+//
+//   - every operation polled at least once per interval (at 10,000
+//     operations and a 10 s interval, ≥ 1,000 Progress calls/s);
+//   - detection latency p99 ≤ interval + 1 s; with ETA-aware polling p50 ≤
+//     25% of the interval, for at most 20% more Progress calls;
+//   - parent latency p99 ≤ 1 s;
+//   - at most one status write per operation per progress-update interval,
+//     plus its phase changes;
+//   - peak RSS ≤ 300 MiB;
+//   - no plugin launch per poll;
+//   - against Velero's own controller, ≥ 10× lower parent latency p99.
+func targets(results []*result, sides []*sideRun) []target {
+	size := 0
+	for _, r := range results {
+		size = max(size, r.cfg.ops)
+	}
+	var regular, eta *result
+	var out []target
+	for _, r := range results {
+		if r.cfg.ops != size {
+			continue
+		}
+		switch r.cfg.polling {
+		case regularPolling:
+			regular = r
+		case etaPolling:
+			eta = r
+		}
+		run := fmt.Sprintf("%d operations, %s polling: ", r.cfg.ops, r.cfg.polling)
+		sync := r.cfg.sync
+		need := float64(r.cfg.ops) / sync.Seconds()
+		out = append(out,
+			atMost(run+"longest wait between two polls of a running operation", r.waitMax, sync,
+				fmt.Sprintf("%.2f%% of waits within the interval", 100*r.polledShare)),
+			target{name: run + "Progress calls per second, all operations running", want: fmt.Sprintf("≥ %.0f (every operation once per %s)", need, sync),
+				got: fmt.Sprintf("%.0f", r.callsPerSecond), met: r.callsPerSecond >= need, by: fmt.Sprintf("%.0f short", need-r.callsPerSecond)},
+			atMost(run+"detection latency p99", r.detectionP99, sync+time.Second, ""),
+			atMost(run+"parent latency p99", r.parentP99, time.Second, ""))
+		perOp := r.writes["itemoperations/status"] / float64(r.cfg.ops)
+		mean := (r.cfg.minDuration + r.cfg.maxDuration) / 2
+		budget := mean.Seconds()/r.cfg.update.Seconds() + 2 // InProgress and the end
+		out = append(out, target{
+			name: run + "status writes per operation",
+			want: fmt.Sprintf("≤ %.2f (one per %s of a %s operation, and 2 phase changes)", budget, r.cfg.update, mean),
+			got:  fmt.Sprintf("%.2f (all writes, events and finalizers included: %.2f)", perOp, r.writesPerOp),
+			met:  perOp <= budget,
+			by:   fmt.Sprintf("%.2f more", perOp-budget),
+		})
+		out = append(out, target{
+			name: run + "operator peak RSS", want: "≤ 300 MiB", got: mib(r.peakRSS),
+			met: r.peakRSS <= 300<<20, by: fmt.Sprintf("%s more", mib(r.peakRSS-300<<20)),
+		})
+		// Discovery starts the binary once, then one long-lived process
+		// answers every call.
+		out = append(out, target{
+			name: run + "plugin launches per poll", want: "0 (2 launches: discovery, then one long-lived process)",
+			got: fmt.Sprintf("%d launches for %d Progress calls", r.launches, r.calls),
+			met: r.launches <= 2, by: fmt.Sprintf("%d restarts", r.launches-2),
+		})
+	}
+	if regular != nil && eta != nil {
+		quarter := eta.cfg.sync / 4
+		out = append(out, atMost(fmt.Sprintf("%d operations, ETA-aware polling: detection latency p50", size), eta.detectionP50, quarter, ""))
+		extra := eta.pollsPerOp/regular.pollsPerOp - 1
+		out = append(out, target{
+			name: fmt.Sprintf("%d operations, ETA-aware polling: extra Progress calls per operation", size),
+			want: "≤ 20%", got: fmt.Sprintf("%+.0f%% (%.1f against %.1f)", 100*extra, eta.pollsPerOp, regular.pollsPerOp),
+			met: extra <= 0.20, by: fmt.Sprintf("%.0f points more", 100*(extra-0.20)),
+		})
+	}
+	if len(sides) == 2 {
+		_, vp99, _ := percentiles(sides[0].parent)
+		_, ip99, _ := percentiles(sides[1].parent)
+		r := 0.0
+		if ip99 > 0 {
+			r = vp99.Seconds() / ip99.Seconds()
+		}
+		out = append(out, target{
+			name: fmt.Sprintf("side by side, %d Backups × %d operations: parent latency p99, Velero ÷ itemops", sides[0].cfg.backups, sides[0].cfg.perBackup),
+			want: "≥ 10×", got: fmt.Sprintf("%.1f× (%s against %s)", r, round(vp99), round(ip99)),
+			met: r >= 10 && sides[1].unfinished == 0, by: fmt.Sprintf("%.1f× short", 10-r),
+		})
+	}
+	return out
+}
+
+// atMost is a target that a duration stays within limit.
+func atMost(name string, got, limit time.Duration, detail string) target {
+	t := target{name: name, want: "≤ " + limit.String(), got: round(got), met: got <= limit, by: round(got-limit) + " over"}
+	if detail != "" {
+		t.got += " (" + detail + ")"
+	}
+	return t
+}
+
+// writeTargets adds the targets table to results.md.
+func writeTargets(md *strings.Builder, ts []target) {
+	if len(ts) == 0 {
+		return
+	}
+	missed := 0
+	md.WriteString("## Targets\n\n| target | asked | measured | met |\n|---|---|---|---|\n")
+	for _, t := range ts {
+		verdict := "yes"
+		if !t.met {
+			verdict, missed = "**no**: "+t.by, missed+1
+		}
+		fmt.Fprintf(md, "| %s | %s | %s | %s |\n", t.name, t.want, t.got, verdict)
+	}
+	if missed == 0 {
+		md.WriteString("\nEvery target is met.\n\n")
+		return
+	}
+	fmt.Fprintf(md, "\n%d of %d targets missed; what limits each is in the README's Performance section.\n\n", missed, len(ts))
+}

@@ -1,0 +1,54 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTargetsSayWhatIsMissedAndByHowMuch(t *testing.T) {
+	cfg := config{ops: 10000, parents: 100, sync: 10 * time.Second, update: 30 * time.Second,
+		minDuration: 20 * time.Second, maxDuration: 80 * time.Second}
+	regular := &result{cfg: cfg, waitMax: 9900 * time.Millisecond, detectionP99: 9 * time.Second,
+		parentP99: 1500 * time.Millisecond, pollsPerOp: 7, calls: 70000, polledShare: 1, callsPerSecond: 1100}
+	regular.launches, regular.peakRSS = 2, 150<<20
+	regular.writes = map[string]float64{"itemoperations/status": 12000}
+	eta := &result{cfg: cfg, waitMax: 9900 * time.Millisecond, detectionP50: 100 * time.Millisecond,
+		detectionP99: 900 * time.Millisecond, parentP99: 100 * time.Millisecond, pollsPerOp: 9, callsPerSecond: 900}
+	eta.launches, eta.peakRSS = 3, 150<<20
+	eta.writes = map[string]float64{"itemoperations/status": 12000}
+	regular.cfg.polling, eta.cfg.polling = regularPolling, etaPolling
+
+	var md strings.Builder
+	writeTargets(&md, targets([]*result{regular, eta}, nil))
+	got := md.String()
+	for _, want := range []string{
+		"| 10000 operations, regular polling: parent latency p99 | ≤ 1s | 1.5s | **no**: 500ms over |",
+		"| 10000 operations, ETA-aware polling: parent latency p99 | ≤ 1s | 100ms | yes |",
+		"| 10000 operations, ETA-aware polling: plugin launches per poll |",
+		"**no**: 1 restarts |",
+		"extra Progress calls per operation | ≤ 20% | +29% (9.0 against 7.0) | **no**: 9 points more |",
+		"| 10000 operations, ETA-aware polling: Progress calls per second, all operations running | ≥ 1000 (every operation once per 10s) | 900 | **no**: 100 short |",
+		"4 of 16 targets missed",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("targets lack %q:\n%s", want, got)
+		}
+	}
+}
