@@ -113,6 +113,9 @@ func (r *ItemOperationReconciler) poll(ctx context.Context, op *itemopsv1alpha1.
 	}
 }
 
+// maxClockSkew is how far ahead of itemops' clock a plugin's may be.
+const maxClockSkew = time.Hour
+
 // applyProgress copies what the plugin reported.
 func (r *ItemOperationReconciler) applyProgress(op *itemopsv1alpha1.ItemOperation, p velero.OperationProgress, now time.Time) {
 	s := &op.Status
@@ -131,7 +134,9 @@ func (r *ItemOperationReconciler) applyProgress(op *itemopsv1alpha1.ItemOperatio
 	}
 	s.Progress = progress.Format(s.NCompleted, s.NTotal, s.OperationUnits)
 	s.EstimatedCompletion = nil
-	if s.Started != nil {
+	// A plugin whose times are ahead of ours by more than any clock skew
+	// gives no rate to go by.
+	if s.Started != nil && !s.Started.After(now.Add(maxClockSkew)) && (s.Updated == nil || !s.Updated.After(now.Add(maxClockSkew))) {
 		// The rate is measured at the plugin's own time of the reading when
 		// it gives one; the reconcile's start may be well before the call.
 		measured := now

@@ -83,6 +83,18 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// What else a plugin directory may hold: a file that is not a plugin,
+	// and one anyone could replace (see TestBadOperationInput).
+	for name, mode := range map[string]os.FileMode{"not-a-plugin.sh": 0o755, "anyone-can-replace.sh": 0o777} {
+		path := filepath.Join(pluginDir, name)
+		if err := os.WriteFile(path, []byte("#!/bin/sh\necho 'not a plugin'\n"), mode); err == nil {
+			err = os.Chmod(path, mode)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	if err := os.Setenv("ITEMOPS_SAMPLE_STATE_DIR", filepath.Join(dir, "state")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -370,7 +370,9 @@ func parentJSON[T any](parent *T, empty *T) ([]byte, error) {
 }
 
 // fromProto converts the wire form, leaving unset timestamps zero rather
-// than the Unix epoch.
+// than the Unix epoch. So are timestamps outside years 1 to 9999, which a
+// plugin can send but no Kubernetes object can hold: written into a status,
+// the API server would refuse every write of the operation.
 func fromProto(p *proto.OperationProgress) velero.OperationProgress {
 	out := velero.OperationProgress{
 		Completed:      p.GetCompleted(),
@@ -380,10 +382,10 @@ func fromProto(p *proto.OperationProgress) velero.OperationProgress {
 		OperationUnits: p.GetOperationUnits(),
 		Description:    p.GetDescription(),
 	}
-	if p.GetStarted() != nil {
+	if p.GetStarted().IsValid() {
 		out.Started = p.GetStarted().AsTime()
 	}
-	if p.GetUpdated() != nil {
+	if p.GetUpdated().IsValid() {
 		out.Updated = p.GetUpdated().AsTime()
 	}
 	return out

@@ -192,6 +192,10 @@ func TestDiscoverySkipsAndReportsWhatIsNotAPlugin(t *testing.T) {
 	write("not-a-plugin.sh", "#!/bin/sh\necho 'I am a shell script'\n", 0o755)
 	write("hangs-at-start.sh", "#!/bin/sh\nexec sleep 600\n", 0o755)
 	write("README.md", "not executable, so not looked at\n", 0o644)
+	// Anyone on the node could replace it: never started, not even by discovery.
+	ran := filepath.Join(t.TempDir(), "ran")
+	write("anyone-can-replace.sh", "#!/bin/sh\ntouch "+ran+"\n", 0o755)
+	g.Expect(os.Chmod(filepath.Join(dir, "anyone-can-replace.sh"), 0o777)).To(Succeed())
 	// Two binaries registering the same names, one in a subdirectory.
 	g.Expect(os.Symlink(filepath.Join(binDir, "sample"), filepath.Join(dir, "sample"))).To(Succeed())
 	g.Expect(os.MkdirAll(filepath.Join(dir, "vendor-b"), 0o755)).To(Succeed())
@@ -210,6 +214,7 @@ func TestDiscoverySkipsAndReportsWhatIsNotAPlugin(t *testing.T) {
 		problems = append(problems, filepath.Base(p.Path)+": "+p.Err.Error())
 	}
 	g.Expect(problems).To(ConsistOf(
+		"anyone-can-replace.sh: refused: writable by every user (mode 0777)",
 		HavePrefix("hangs-at-start.sh: not a Velero plugin, or it failed the handshake"),
 		HavePrefix("not-a-plugin.sh: not a Velero plugin, or it failed the handshake"),
 		And(HavePrefix("sample-copy: BackupItemActionV2/itemops.io/sample-datamover is also registered by"), ContainSubstring("neither is used")),
@@ -222,6 +227,17 @@ func TestDiscoverySkipsAndReportsWhatIsNotAPlugin(t *testing.T) {
 	_, err := m.Progress(context.Background(), upload("x"))
 	g.Expect(errors.Is(err, ErrPluginNotFound)).To(BeTrue(), "got %v", err)
 	g.Expect(err.Error()).To(ContainSubstring("is registered by more than one binary"))
+	g.Expect(ran).NotTo(BeAnExistingFile(), "the world-writable file was run")
+
+	// A name no binary registers: the answer lists what was skipped, one
+	// of which may be the plugin meant.
+	missing := upload("x")
+	missing.Plugin = "example.io/not-installed"
+	_, err = m.Progress(context.Background(), missing)
+	g.Expect(errors.Is(err, ErrPluginNotFound)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(And(ContainSubstring("skipped there: "),
+		ContainSubstring("anyone-can-replace.sh: refused: writable by every user (mode 0777)"),
+		ContainSubstring("not-a-plugin.sh: not a Velero plugin")))
 }
 
 func TestMissingPluginDirectoryIsAProblemNotAFailure(t *testing.T) {

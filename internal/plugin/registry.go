@@ -18,6 +18,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -42,6 +43,9 @@ type ID struct {
 
 // String implements fmt.Stringer.
 func (id ID) String() string { return string(id.Kind) + "/" + id.Name }
+
+// errRefused: a file that is never started.
+var errRefused = errors.New("refused")
 
 // Problem is a file in the plugin directory that was skipped, and why.
 type Problem struct {
@@ -86,7 +90,15 @@ func (r *Registry) Command(id ID) (string, error) {
 		return "", fmt.Errorf("%s is registered by more than one binary (%s); remove all but one from %s",
 			id, strings.Join(paths, ", "), r.dir)
 	}
-	return "", fmt.Errorf("no binary in %s registers %s", r.dir, id)
+	if len(r.problems) == 0 {
+		return "", fmt.Errorf("no binary in %s registers %s", r.dir, id)
+	}
+	// One of the skipped files may be the one meant to serve it.
+	skipped := make([]string, 0, len(r.problems))
+	for _, p := range r.problems {
+		skipped = append(skipped, fmt.Sprintf("%s: %v", p.Path, p.Err))
+	}
+	return "", fmt.Errorf("no binary in %s registers %s; skipped there: %s", r.dir, id, strings.Join(skipped, "; "))
 }
 
 // discoveryConcurrency bounds the binaries started at once during discovery.
@@ -198,9 +210,16 @@ func executables(dir string) ([]string, []Problem) {
 			problems = append(problems, Problem{Path: path, Err: err})
 			return nil
 		}
-		if info.Mode().IsRegular() && info.Mode().Perm()&0o111 != 0 {
-			paths = append(paths, path)
+		if !info.Mode().IsRegular() || info.Mode().Perm()&0o111 == 0 {
+			return nil
 		}
+		// itemops runs what it finds here: a binary anyone may replace is
+		// never started, not even to ask what it serves.
+		if info.Mode().Perm()&0o002 != 0 {
+			problems = append(problems, Problem{Path: path, Err: fmt.Errorf("%w: writable by every user (mode %#o)", errRefused, info.Mode().Perm())})
+			return nil
+		}
+		paths = append(paths, path)
 		return nil
 	})
 	if err != nil {

@@ -65,6 +65,9 @@ const (
 	AnnotationCrashOnce = "itemops.io/sample-crash-once"
 	// AnnotationIgnoreCancel ("true") makes Cancel return without stopping anything.
 	AnnotationIgnoreCancel = "itemops.io/sample-ignore-cancel"
+	// AnnotationAnswer makes every Progress call answer exactly this (JSON
+	// of an Answer), however wrong: the bad answers a caller must survive.
+	AnnotationAnswer = "itemops.io/sample-answer"
 
 	// EnvStateDir names the state directory; default <tmp>/itemops-sample-plugin.
 	EnvStateDir = "ITEMOPS_SAMPLE_STATE_DIR"
@@ -95,12 +98,38 @@ type State struct {
 	CrashOnce    bool          `json:"crashOnce,omitempty"`
 	Crashed      bool          `json:"crashed,omitempty"`
 	IgnoreCancel bool          `json:"ignoreCancel,omitempty"`
+	Answer       *Answer       `json:"answer,omitempty"`
 	Started      time.Time     `json:"started"`
 	Canceled     *time.Time    `json:"canceled,omitempty"`
 	// Cancels counts the Cancel calls received.
 	Cancels int `json:"cancels,omitempty"`
 	// ProgressCalls counts the Progress calls answered.
 	ProgressCalls int `json:"progressCalls,omitempty"`
+}
+
+// Answer is a Progress answer given as is. Times are Unix seconds, so that
+// ones no calendar accepts (after year 9999) can be sent too.
+type Answer struct {
+	Completed   bool   `json:"completed,omitempty"`
+	Err         string `json:"err,omitempty"`
+	NCompleted  int64  `json:"nCompleted,omitempty"`
+	NTotal      int64  `json:"nTotal,omitempty"`
+	Units       string `json:"units,omitempty"`
+	Description string `json:"description,omitempty"`
+	Started     int64  `json:"started,omitempty"`
+	Updated     int64  `json:"updated,omitempty"`
+}
+
+func (a *Answer) progress() velero.OperationProgress {
+	p := velero.OperationProgress{Completed: a.Completed, Err: a.Err, NCompleted: a.NCompleted, NTotal: a.NTotal,
+		OperationUnits: a.Units, Description: a.Description}
+	if a.Started != 0 {
+		p.Started = time.Unix(a.Started, 0)
+	}
+	if a.Updated != 0 {
+		p.Updated = time.Unix(a.Updated, 0)
+	}
+	return p
 }
 
 // Duration is how long the transfer takes in all.
@@ -239,6 +268,12 @@ func (s *Store) StartAt(direction, item string, annotations map[string]string, a
 		}
 	}
 	st.CrashOnce = annotations[AnnotationCrashOnce] == "true"
+	if v, ok := annotations[AnnotationAnswer]; ok {
+		st.Answer = &Answer{}
+		if err := json.Unmarshal([]byte(v), st.Answer); err != nil {
+			return "", fmt.Errorf("%s must be the JSON of an answer: %w", AnnotationAnswer, err)
+		}
+	}
 	st.IgnoreCancel = annotations[AnnotationIgnoreCancel] == "true"
 
 	suffix := make([]byte, 6)
@@ -309,6 +344,9 @@ func (s *Store) Progress(id string) (velero.OperationProgress, error) {
 	st.ProgressCalls++
 	if err := s.save(st); err != nil {
 		return velero.OperationProgress{}, err
+	}
+	if st.Answer != nil {
+		return st.Answer.progress(), nil
 	}
 	now := s.now()
 	p := st.progressAt(now)
