@@ -238,14 +238,16 @@ func TestBadOperationsFile(t *testing.T) {
 		operations func(g Gomega, ops []itemopsv1alpha1.ItemOperation)
 	}{{
 		name: "not gzip", attempted: 1,
-		file:  func(*testing.T, *velerov1api.Backup) []byte { return []byte("these are not the operations you are looking for") },
+		file: func(*testing.T, *velerov1api.Backup) []byte {
+			return []byte("these are not the operations you are looking for")
+		},
 		phase: velerov1api.BackupPhasePartiallyFailed,
 		events: []string{reasonUnreadable + ": reading the item operations of backup …: " + store.ErrMalformed.Error() + ": gzip: invalid header",
 			reasonGaveUp + ": WaitingForPluginOperations -> PartiallyFailed: its plugin operations cannot be tracked: …gzip: invalid header"},
 	}, {
 		name: "not JSON", attempted: 1,
-		file:   func(t *testing.T, _ *velerov1api.Backup) []byte { return gzipped(t, []byte("{{ not json")) },
-		phase:  velerov1api.BackupPhasePartiallyFailed,
+		file:  func(t *testing.T, _ *velerov1api.Backup) []byte { return gzipped(t, []byte("{{ not json")) },
+		phase: velerov1api.BackupPhasePartiallyFailed,
 		events: []string{reasonUnreadable + ": …" + store.ErrMalformed.Error() + ": error decoding object data: invalid character",
 			reasonGaveUp + ": WaitingForPluginOperations -> PartiallyFailed"},
 	}, {
