@@ -78,6 +78,10 @@ type sideRun struct {
 	// operations), the last of them lastBackedUp after the first was created.
 	backedUp     int
 	lastBackedUp time.Duration
+	// queueStalls: waits of Velero's backup queue (see queueStall), and
+	// their total.
+	queueStalls  int
+	queueStalled time.Duration
 	// cpuSeconds: velero server, itemops and every plugin process they
 	// started and reaped, over the whole run (backups included).
 	cpuSeconds, itemopsCPU float64
@@ -257,7 +261,47 @@ func runSide(ctx context.Context, root string, cfg sideConfig, mode string) (*si
 	if run.launches, err = countLines(launchLog); err != nil {
 		return nil, err
 	}
+	if run.queueStalls, run.queueStalled, err = queueStalls(filepath.Join(work, "velero.log")); err != nil {
+		return nil, err
+	}
 	return run, nil
+}
+
+// queueStall is a wait between the starts of two consecutive Backups long
+// enough to be Velero's backup queue waiting for its periodic recheck (one
+// minute) rather than for the backup before: its queue is woken by a Backup
+// leaving InProgress, and a wake-up that races with the cache is missed.
+const queueStall = 20 * time.Second
+
+// queueStalls counts the waits of queueStall or more between Velero's
+// starts of consecutive Backups ("Setting up backup log" in its log), and
+// their total.
+func queueStalls(logPath string) (int, time.Duration, error) {
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		return 0, 0, err
+	}
+	var starts []time.Time
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.Contains(line, `msg="Setting up backup log"`) {
+			continue
+		}
+		_, rest, ok := strings.Cut(line, `time="`)
+		stamp, _, ok2 := strings.Cut(rest, `"`)
+		if !ok || !ok2 {
+			continue
+		}
+		if t, err := time.Parse(time.RFC3339, stamp); err == nil {
+			starts = append(starts, t)
+		}
+	}
+	n, total := 0, time.Duration(0)
+	for i := 1; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-1]); gap >= queueStall {
+			n, total = n+1, total+gap
+		}
+	}
+	return n, total, nil
 }
 
 // sourceNamespaces creates one namespace per Backup with perBackup
@@ -455,9 +499,9 @@ func stopProcess(cmd *exec.Cmd) float64 {
 
 func (r *sideRun) summary() string {
 	p50, p99, _ := percentiles(r.parent)
-	return fmt.Sprintf("bench: %s: %d operations, parent latency p50 %s p99 %s, CPU %.1f s, %d plugin launches, %.0f API writes, %d unfinished %v, %d backed up by Velero (the last after %s), %s",
+	return fmt.Sprintf("bench: %s: %d operations, parent latency p50 %s p99 %s, CPU %.1f s, %d plugin launches, %.0f API writes, %d unfinished %v, %d backed up by Velero (the last after %s; its queue stalled %d times, %s in all), %s",
 		r.mode, r.operations, round(p50), round(p99), r.cpuSeconds, r.launches, sum(r.writes), r.unfinished, r.stuck,
-		r.backedUp, round(r.lastBackedUp), round(r.duration))
+		r.backedUp, round(r.lastBackedUp), r.queueStalls, round(r.queueStalled), round(r.duration))
 }
 
 func sum(m map[string]float64) float64 {
