@@ -22,6 +22,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -544,4 +545,39 @@ func TestTheVeleroBinaryIsRunAsRunPlugins(t *testing.T) {
 	id := startUpload(t, m, nil)
 	_, err := m.Progress(context.Background(), upload(id))
 	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// TestNoGoroutineOutlivesTheManager: plugin processes killed and started
+// again, calls that fail and calls that succeed, then Close: no goroutine
+// the manager started is left behind, nor any process.
+func TestNoGoroutineOutlivesTheManager(t *testing.T) {
+	g := NewWithT(t)
+	baseline := runtime.NumGoroutine()
+	m := NewManager(Options{Dir: pluginDir(t, "sample"), CallTimeout: 5 * time.Second, Log: (&logSink{}).logger()})
+	m.Discover(context.Background())
+	id := startUpload(t, m, map[string]string{sim.AnnotationSize: "100Mi", sim.AnnotationSpeed: "1Mi"})
+	var pids []int
+	for range 3 {
+		_, err := m.Progress(context.Background(), upload(id))
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, pid := range m.pids() {
+			pids = append(pids, pid)
+			g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+		}
+		// The next call finds the process dead, fails or restarts it.
+		g.Eventually(func() error { _, err := m.Progress(context.Background(), upload(id)); return err }, 15*time.Second, 100*time.Millisecond).
+			Should(Succeed())
+	}
+	m.Close()
+	g.Expect(m.Restarts()).To(BeNumerically(">=", 3))
+	for _, pid := range pids {
+		g.Eventually(func() error { return syscall.Kill(pid, 0) }, 10*time.Second, 50*time.Millisecond).Should(MatchError(syscall.ESRCH))
+	}
+	g.Eventually(runtime.NumGoroutine, 10*time.Second, 50*time.Millisecond).Should(BeNumerically("<=", baseline),
+		"goroutines outlived the manager:\n%s", goroutines())
+}
+
+func goroutines() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
 }

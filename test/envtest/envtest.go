@@ -63,6 +63,8 @@ type Environment struct {
 	RepoRoot string
 
 	env *ctrlenvtest.Environment
+	// restarted is the kube-apiserver RestartAPIServer started, if any.
+	restarted *exec.Cmd
 }
 
 // Options change what Start installs.
@@ -134,6 +136,7 @@ func StartWith(opts Options) (*Environment, error) {
 
 // Stop ends the control plane.
 func (e *Environment) Stop() error {
+	e.stopRestarted()
 	return e.env.Stop()
 }
 

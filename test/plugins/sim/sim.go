@@ -82,7 +82,16 @@ const (
 	// EnvLaunchLog names a file that gets one line per start of the plugin
 	// process: "<pid> <unix nanoseconds>".
 	EnvLaunchLog = "ITEMOPS_SAMPLE_LAUNCH_LOG"
+
+	// FaultFile, in the state directory, makes every Progress call of every
+	// operation misbehave while it exists: "error" answers with an error,
+	// "hang" blocks until the file is gone. A plugin outage, switched on
+	// and off from outside.
+	FaultFile = "fault"
 )
+
+// faultCheck is how often a hanging Progress looks whether the fault is over.
+const faultCheck = 50 * time.Millisecond
 
 // State is one simulated operation, as stored in its file.
 type State struct {
@@ -318,6 +327,9 @@ func (s *Store) Progress(id string) (velero.OperationProgress, error) {
 	if s.fast {
 		return s.fastProgress(id)
 	}
+	if err := s.fault(); err != nil {
+		return velero.OperationProgress{}, err
+	}
 	st, err := s.Load(id)
 	if err != nil {
 		return velero.OperationProgress{}, err
@@ -352,6 +364,24 @@ func (s *Store) Progress(id string) (velero.OperationProgress, error) {
 	p := st.progressAt(now)
 	s.logPoll(id, p, now)
 	return p, nil
+}
+
+// fault answers as the fault file says, if there is one.
+func (s *Store) fault() error {
+	for {
+		kind, err := os.ReadFile(filepath.Join(s.dir, FaultFile))
+		if err != nil {
+			return nil
+		}
+		switch strings.TrimSpace(string(kind)) {
+		case "error":
+			return errors.New("simulated outage of the data mover")
+		case "hang":
+			time.Sleep(faultCheck)
+		default:
+			return nil
+		}
+	}
 }
 
 // progressAt is the progress of the operation at a time.
