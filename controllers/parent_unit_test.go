@@ -255,3 +255,56 @@ func unitScheme(t *testing.T) *runtime.Scheme {
 	}
 	return scheme
 }
+
+// TestHugeOperationsFileIsIngestedWhole: a Backup of 100,000 operations is
+// followed whole, one ItemOperation per record, all counted: none is
+// dropped for being one too many. (Against a real API server the creates go
+// at the manager's --kube-api-qps.)
+func TestHugeOperationsFileIsIngestedWhole(t *testing.T) {
+	ctx := context.Background()
+	const n = 100_000
+	backup := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: "huge", Namespace: "velero", UID: "uid-huge"},
+		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations, BackupItemOperationsAttempted: n},
+	}
+	records := make([]*itemoperation.BackupOperation, n)
+	for i := range records {
+		records[i] = backupRecord(backup, fmt.Sprintf("operation-%06d", i), itemoperation.OperationPhaseNew, time.Now())
+	}
+	store := newFakeStore()
+	store.setBackup(string(backup.UID), records)
+	c := fake.NewClientBuilder().WithScheme(unitScheme(t)).WithObjects(backup).
+		WithIndex(&itemopsv1alpha1.ItemOperation{}, IndexParentUID, parentUID).Build()
+	recorder := record.NewFakeRecorder(1000)
+	r := NewBackupReconciler(c, recorder, ParentOptions{Manage: true, Store: store, Clock: clocktesting.NewFakeClock(time.Now())})
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(backup)}); err != nil {
+		t.Fatal(err)
+	}
+	ops := &itemopsv1alpha1.ItemOperationList{}
+	if err := c.List(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	if len(ops.Items) != n {
+		t.Fatalf("%d ItemOperations for %d records", len(ops.Items), n)
+	}
+	ids := make(map[string]bool, n)
+	for _, op := range ops.Items {
+		ids[op.Spec.OperationID] = true
+	}
+	if len(ids) != n {
+		t.Errorf("%d distinct operations among %d ItemOperations", len(ids), n)
+	}
+	got := &velerov1api.Backup{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(backup), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != velerov1api.BackupPhaseWaitingForPluginOperations || got.Status.BackupItemOperationsAttempted != n {
+		t.Errorf("the Backup is %s with %d attempted, want still waiting for all %d", got.Status.Phase, got.Status.BackupItemOperationsAttempted, n)
+	}
+	close(recorder.Events)
+	for e := range recorder.Events {
+		if strings.Contains(e, reasonMissing) || strings.Contains(e, reasonInvalidRecord) {
+			t.Errorf("unexpected event: %s", e)
+		}
+	}
+}
