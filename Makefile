@@ -75,11 +75,18 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 test-e2e: ## Run only the end-to-end suites: the itemops binary, and itemops beside the real velero server.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test ./test/e2e/... ./test/interop/... -count=1 -v
 
-# FUZZTIME bounds each fuzz target of test-chaos.
+# FUZZTIME bounds each fuzz target of test-chaos; CHAOS_DURATION, CHAOS_BACKUPS
+# and CHAOS_OPERATIONS size its chaos run (make test runs 40s, 6 × 8).
 FUZZTIME ?= 1m
+CHAOS_DURATION ?= 5m
+CHAOS_BACKUPS ?= 20
+CHAOS_OPERATIONS ?= 20
 
 .PHONY: test-chaos
-test-chaos: ## Run every fuzz target for FUZZTIME (1m); their seed corpora also run in make test.
+test-chaos: ## Run the chaos suite for CHAOS_DURATION (5m; results in test/chaos/results), then every fuzz target for FUZZTIME (1m). make test runs a shorter chaos run and the fuzz seeds.
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" ITEMOPS_CHAOS_DURATION=$(CHAOS_DURATION) ITEMOPS_CHAOS_BACKUPS=$(CHAOS_BACKUPS) \
+	  ITEMOPS_CHAOS_OPERATIONS=$(CHAOS_OPERATIONS) ITEMOPS_CHAOS_RESULTS=$(CURDIR)/test/chaos/results \
+	  go test ./test/chaos -run '^TestChaos$$' -count=1 -v -timeout 60m
 	go test -run '^$$' -fuzz '^FuzzOperationsFile$$' -fuzztime $(FUZZTIME) ./controllers
 	go test -run '^$$' -fuzz '^FuzzFormat$$' -fuzztime $(FUZZTIME) ./internal/progress
 	go test -run '^$$' -fuzz '^FuzzETA$$' -fuzztime $(FUZZTIME) ./internal/progress

@@ -84,7 +84,10 @@ func TestBadOperationInput(t *testing.T) {
 		id     string
 		// parent changes the operation's parent reference.
 		parent func(op *itemopsv1alpha1.ItemOperation)
-		want   seen
+		// parentPhase, when set, is the Backup's phase instead of
+		// WaitingForPluginOperations; it must stay so.
+		parentPhase velerov1api.BackupPhase
+		want        seen
 	}{{
 		name: "unknown plugin", plugin: "example.io/not-installed", id: "op-1",
 		want: seen{phase: itemopsv1alpha1.OperationPhaseNew,
@@ -165,11 +168,24 @@ func TestBadOperationInput(t *testing.T) {
 		},
 		want: seen{phase: itemopsv1alpha1.OperationPhaseCanceled, condition: "Canceled=True/ParentDeleted",
 			conditionMessage: "(uid 0b4e7a52-0000-4000-8000-000000000001) no longer exists", event: itemopsv1alpha1.ReasonParentDeleted},
+	}, {
+		name: "parent in a phase itemops does not own", upload: map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
+		parentPhase: velerov1api.BackupPhaseInProgress,
+		want:        seen{phase: itemopsv1alpha1.OperationPhaseCompleted, event: "Completed"},
+	}, {
+		name: "parent already Completed", upload: map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
+		parentPhase: velerov1api.BackupPhaseCompleted,
+		want:        seen{phase: itemopsv1alpha1.OperationPhaseCompleted, event: "Completed"},
 	}}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			g := NewWithT(t)
 			backup := newBackup(t)
+			if row.parentPhase != "" {
+				patch := client.MergeFrom(backup.DeepCopy())
+				backup.Status.Phase = row.parentPhase
+				g.Expect(env.Client.Patch(context.Background(), backup, patch)).To(Succeed())
+			}
 			id := row.id
 			if id == "" {
 				id = startUpload(t, row.upload)
@@ -214,6 +230,12 @@ func TestBadOperationInput(t *testing.T) {
 			if row.upload != nil {
 				polls := pluginState(t, id).ProgressCalls - before
 				g.Expect(polls).To(BeNumerically("<=", int(time.Second/testSync)+1), "Progress calls in a second")
+			}
+			if row.parentPhase != "" {
+				got := &velerov1api.Backup{}
+				g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(backup), got)).To(Succeed())
+				g.Expect(got.Status.Phase).To(Equal(row.parentPhase), "the Backup was moved")
+				g.Expect(got.Status.BackupItemOperationsCompleted).To(BeZero(), "the Backup's counters were written")
 			}
 		})
 	}

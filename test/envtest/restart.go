@@ -47,13 +47,19 @@ func (e *Environment) RestartAPIServer(ctx context.Context, down time.Duration) 
 	if err != nil {
 		return err
 	}
+	// SIGTERM first; kube-apiserver drains for as long as watches stay
+	// open, so what is left after a few seconds is killed, as a node that
+	// goes away would.
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("stopping kube-apiserver: %w", err)
+	}
+	if waitGone(ctx, pid, 5*time.Second) != nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	if e.restarted != nil {
 		_ = e.restarted.Wait()
 		e.restarted = nil
-	} else if err := waitGone(ctx, pid); err != nil {
+	} else if err := waitGone(ctx, pid, time.Minute); err != nil {
 		return err
 	}
 	select {
@@ -115,9 +121,10 @@ func cmdline(pid int) ([]string, error) {
 	return args, nil
 }
 
-// waitGone waits until a process has exited (and been reaped by envtest).
-func waitGone(ctx context.Context, pid int) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+// waitGone waits until a process has exited (a zombie counts: envtest reaps
+// its own, and this package reaps the one it started).
+func waitGone(ctx context.Context, pid int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
 		stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))

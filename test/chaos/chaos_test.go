@@ -1,0 +1,456 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package chaos
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/s3"
+	"github.com/itemops/itemops/test/veleroenv"
+)
+
+// config is the size of a run, from the environment.
+type config struct {
+	// duration of the fault injection; operations last up to 80% of it.
+	duration           time.Duration
+	backups, perBackup int
+	seed               uint64
+	// results, when set, is the directory results.md is written to.
+	results string
+}
+
+func configFromEnv(t *testing.T) config {
+	t.Helper()
+	cfg := config{duration: 40 * time.Second, backups: 6, perBackup: 8, seed: uint64(time.Now().UnixNano()),
+		results: os.Getenv("ITEMOPS_CHAOS_RESULTS")}
+	if v := os.Getenv("ITEMOPS_CHAOS_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 10*time.Second {
+			t.Fatalf("ITEMOPS_CHAOS_DURATION=%q: want a duration of at least 10s", v)
+		}
+		cfg.duration = d
+	}
+	for name, dst := range map[string]*int{"ITEMOPS_CHAOS_BACKUPS": &cfg.backups, "ITEMOPS_CHAOS_OPERATIONS": &cfg.perBackup} {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 2 {
+				t.Fatalf("%s=%q: want a number of at least 2", name, v)
+			}
+			*dst = n
+		}
+	}
+	if v := os.Getenv("ITEMOPS_CHAOS_SEED"); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("ITEMOPS_CHAOS_SEED=%q: %v", v, err)
+		}
+		cfg.seed = seed
+	}
+	return cfg
+}
+
+// plugin is the sample data mover every operation is started by.
+const plugin = "itemops.io/sample-datamover"
+
+// TestChaos runs the workload under faults, then checks the invariants.
+func TestChaos(t *testing.T) {
+	cfg := configFromEnv(t)
+	t.Logf("chaos: seed %d (ITEMOPS_CHAOS_SEED to repeat), %s of faults, %d Backups × %d operations",
+		cfg.seed, cfg.duration, cfg.backups, cfg.perBackup)
+	rng := rand.New(rand.NewPCG(cfg.seed, cfg.seed>>1|1))
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	env, err := envtest.Start()
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = env.Stop() }()
+	work := t.TempDir()
+	pluginDir := filepath.Join(work, "plugins")
+	g.Expect(envtest.BuildSamplePlugins(pluginDir, "sample")).To(Succeed())
+	venv, stopVelero, err := veleroenv.Setup(env, work, pluginDir, false)
+	defer stopVelero()
+	g.Expect(err).NotTo(HaveOccurred())
+	stateDir := filepath.Join(work, "state")
+	t.Setenv(sim.EnvStateDir, stateDir)
+
+	binary := filepath.Join(work, "itemops")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Dir, build.Stderr = env.RepoRoot, os.Stderr
+	g.Expect(build.Run()).To(Succeed())
+
+	w := newWatcher(env)
+	go w.follow(ctx)
+
+	cl := &cluster{binary: binary, kubeconfig: venv.Kubeconfig, pluginDir: pluginDir, stateDir: stateDir, work: work}
+	for i := range 2 {
+		g.Expect(cl.start(i)).To(Succeed())
+	}
+	defer cl.stopAll()
+
+	load := newWorkload(t, env, venv.BucketDir, cfg, rng)
+	start := time.Now()
+	faults := inject(ctx, t, cfg, rng, env, cl, load)
+	lastFault := time.Now()
+
+	// Converged: every Backup not deleted has moved on, and every
+	// operation it had is terminal.
+	converge := 3 * time.Minute
+	g.Eventually(func(g Gomega) {
+		for _, b := range load.backups {
+			if load.deleted[b.Name] {
+				continue
+			}
+			got := &velerov1api.Backup{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), got)).To(Succeed())
+			g.Expect(got.Status.Phase).To(BeElementOf(velerov1api.BackupPhaseFinalizing, velerov1api.BackupPhaseFinalizingPartiallyFailed),
+				"Backup %s", b.Name)
+		}
+		ops := &itemopsv1alpha1.ItemOperationList{}
+		g.Expect(env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace))).To(Succeed())
+		for _, op := range ops.Items {
+			g.Expect(op.Status.Phase.IsTerminal()).To(BeTrue(), "ItemOperation %s is %q", op.Name, op.Status.Phase)
+		}
+	}, converge, time.Second).Should(Succeed())
+	settled := time.Since(lastFault)
+
+	inv := check(ctx, t, env, venv.BucketDir, load, w)
+	cl.stopAll()
+	// Their plugin processes go with them (a moment later: killed, then reaped).
+	waitFor(10*time.Second, func() bool { return len(pluginProcesses(pluginDir)) == 0 })
+	inv.leftPlugins = pluginProcesses(pluginDir)
+	inv.selfExits = cl.selfExits
+	inv.secretInLogs = logsContaining(work, s3.SecretKey)
+	inv.goroutines = cl.idleGoroutines
+
+	report := result{cfg: cfg, faults: faults, inv: inv, settled: settled, ran: time.Since(start), operations: load.count()}
+	t.Log("\n" + report.markdown())
+	if cfg.results != "" {
+		g.Expect(os.MkdirAll(cfg.results, 0o755)).To(Succeed())
+		g.Expect(os.WriteFile(filepath.Join(cfg.results, "results.md"), []byte(report.markdown()), 0o644)).To(Succeed())
+	}
+	g.Expect(inv.failures()).To(BeEmpty())
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(timeout time.Duration, cond func() bool) {
+	deadline := time.Now().Add(timeout)
+	for !cond() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// workload is the Backups, their operations files and what the sample
+// plugin was told of each operation.
+type workload struct {
+	backups []*velerov1api.Backup
+	// records of each Backup, by name.
+	records map[string][]*itemoperation.BackupOperation
+	// cancelled: operation IDs whose ItemOperation was asked to cancel, and when.
+	cancelled map[string]time.Time
+	// deleted: Backups deleted during the run, and when.
+	deleted   map[string]bool
+	deletedAt map[string]time.Time
+}
+
+func (l *workload) count() int {
+	n := 0
+	for _, recs := range l.records {
+		n += len(recs)
+	}
+	return n
+}
+
+// newWorkload writes the operations files and creates the Backups, as
+// Velero does at the end of a backup: first the file, then the Backup in
+// WaitingForPluginOperations with the operations it attempted.
+func newWorkload(t *testing.T, env *envtest.Environment, bucketDir string, cfg config, rng *rand.Rand) *workload {
+	t.Helper()
+	store, err := sim.NewStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &workload{records: map[string][]*itemoperation.BackupOperation{}, cancelled: map[string]time.Time{},
+		deleted: map[string]bool{}, deletedAt: map[string]time.Time{}}
+	const size = 100 << 20
+	for i := range cfg.backups {
+		name := fmt.Sprintf("chaos-%03d", i)
+		b := &velerov1api.Backup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: envtest.VeleroNamespace},
+			Spec: velerov1api.BackupSpec{StorageLocation: veleroenv.Location, IncludedNamespaces: []string{name}}}
+		// The UID is the API server's: create first, then write the file,
+		// then move the Backup to WaitingForPluginOperations.
+		if err := env.Client.Create(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		var recs []*itemoperation.BackupOperation
+		for j := range cfg.perBackup {
+			// Operations last 3 s to 80% of the fault injection, so most
+			// end while faults go on.
+			last := 3*time.Second + time.Duration(rng.Int64N(int64(cfg.duration*8/10)))
+			annotations := map[string]string{sim.AnnotationSize: strconv.Itoa(size),
+				sim.AnnotationSpeed: strconv.FormatInt(int64(float64(size)/last.Seconds()), 10)}
+			if rng.IntN(10) == 0 {
+				annotations[sim.AnnotationFailAt] = "60"
+			}
+			id, err := store.Start("upload", fmt.Sprintf("%s/data-%03d", name, j), annotations)
+			if err != nil {
+				t.Fatal(err)
+			}
+			created := metav1.Now()
+			recs = append(recs, &itemoperation.BackupOperation{
+				Spec: itemoperation.BackupOperationSpec{BackupName: name, BackupUID: string(b.UID), BackupItemAction: plugin,
+					ResourceIdentifier: velero.ResourceIdentifier{GroupResource: schema.GroupResource{Resource: "configmaps"}, Namespace: name,
+						Name: fmt.Sprintf("data-%03d", j)},
+					OperationID: id},
+				Status: itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseNew, Created: &created},
+			})
+		}
+		if err := writeFile(bucketDir, name, recs); err != nil {
+			t.Fatal(err)
+		}
+		b.Status = velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations,
+			BackupItemOperationsAttempted: len(recs), StartTimestamp: &metav1.Time{Time: time.Now()}}
+		if err := env.Client.Update(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		l.backups = append(l.backups, b)
+		l.records[name] = recs
+	}
+	return l
+}
+
+func fileOf(bucketDir, backup string) string {
+	return filepath.Join(bucketDir, "backups", backup, backup+"-itemoperations.json.gz")
+}
+
+// writeFile writes an operations file as Velero does: gzipped JSON.
+func writeFile(bucketDir, backup string, recs []*itemoperation.BackupOperation) error {
+	data, err := json.Marshal(recs)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(data); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	path := fileOf(bucketDir, backup)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// readFile reads an operations file back.
+func readFile(bucketDir, backup string) ([]*itemoperation.BackupOperation, error) {
+	f, err := os.Open(fileOf(bucketDir, backup))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, err
+	}
+	var recs []*itemoperation.BackupOperation
+	return recs, json.NewDecoder(zr).Decode(&recs)
+}
+
+// cluster is the itemops replicas.
+type cluster struct {
+	binary, kubeconfig, pluginDir, stateDir, work string
+
+	startMu  sync.Mutex
+	mu       sync.Mutex
+	replicas [2]*replica
+	// stopping: the run is over, exits are not restarted.
+	stopping bool
+	// selfExits: replicas that exited on their own (a lost Lease, the API
+	// server gone too long) and were started again, as a Deployment would.
+	selfExits int
+	// idleGoroutines: each replica's goroutines at the end, idle, against
+	// those of a fresh idle replica (see stopAll).
+	idleGoroutines []string
+}
+
+type replica struct {
+	cmd     *exec.Cmd
+	metrics string
+	done    chan struct{}
+}
+
+// start runs replica i, logging to work/itemops-<i>.log (appended),
+// unless it runs already.
+func (c *cluster) start(i int) error {
+	c.startMu.Lock()
+	defer c.startMu.Unlock()
+	c.mu.Lock()
+	running := c.replicas[i] != nil || c.stopping
+	c.mu.Unlock()
+	if running {
+		return nil
+	}
+	metrics, err := s3.FreeAddress()
+	if err != nil {
+		return err
+	}
+	probes, err := s3.FreeAddress()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(c.binary, "--kubeconfig="+c.kubeconfig, "--mode=manage", "--velero-namespace="+envtest.VeleroNamespace,
+		"--plugin-dir="+c.pluginDir, "--leader-elect", "--sync-frequency=1s", "--progress-update-interval=2s",
+		"--plugin-call-timeout=2s", "--max-progress-failures=12", "--metrics-bind-address="+metrics,
+		"--health-probe-bind-address="+probes, "--credentials-dir="+filepath.Join(c.work, fmt.Sprintf("credentials-%d", i)),
+		"--zap-log-level=debug")
+	cmd.Env = append(os.Environ(), sim.EnvStateDir+"="+c.stateDir)
+	log, err := os.OpenFile(filepath.Join(c.work, fmt.Sprintf("itemops-%d.log", i)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return err
+	}
+	r := &replica{cmd: cmd, metrics: metrics, done: make(chan struct{})}
+	c.mu.Lock()
+	c.replicas[i] = r
+	c.mu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		log.Close()
+		close(r.done)
+		c.mu.Lock()
+		again := c.replicas[i] == r && !c.stopping
+		if again {
+			c.replicas[i] = nil
+			c.selfExits++
+		}
+		c.mu.Unlock()
+		if again {
+			time.Sleep(time.Second) // the kubelet's restart delay
+			_ = c.start(i)
+		}
+	}()
+	return nil
+}
+
+// kill sends SIGKILL to replica i and waits for it to be gone.
+func (c *cluster) kill(i int) {
+	c.mu.Lock()
+	r := c.replicas[i]
+	c.replicas[i] = nil
+	c.mu.Unlock()
+	if r == nil {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	<-r.done
+}
+
+// leader is the replica holding the Lease, by its leader_election_master_status metric.
+func (c *cluster) leader() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range c.replicas {
+		if r != nil && metric(r.metrics, "leader_election_master_status") == 1 {
+			return i
+		}
+	}
+	return -1
+}
+
+// stopAll stops every replica as Kubernetes does (SIGTERM), recording
+// first how many goroutines each runs while idle.
+func (c *cluster) stopAll() {
+	c.mu.Lock()
+	replicas := c.replicas
+	c.replicas = [2]*replica{}
+	c.stopping = true
+	c.mu.Unlock()
+	for i, r := range replicas {
+		if r == nil {
+			continue
+		}
+		c.idleGoroutines = append(c.idleGoroutines, fmt.Sprintf("replica %d: %.0f", i, metric(r.metrics, "go_goroutines")))
+		_ = r.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-r.done:
+		case <-time.After(30 * time.Second):
+			_ = r.cmd.Process.Kill()
+			<-r.done
+		}
+	}
+}
+
+// metric reads the first sample of a metric from a replica, -1 when it
+// cannot.
+func metric(address, name string) float64 {
+	hc := http.Client{Timeout: 2 * time.Second}
+	resp, err := hc.Get("http://" + address + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			fields := strings.Fields(line)
+			v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}

@@ -1,0 +1,196 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/plugins/sim"
+)
+
+// The faults, in the order the results list them.
+const (
+	faultReplicaKilled   = "an itemops replica killed (SIGKILL), restarted 0.5–2 s later"
+	faultLeaderKilled    = "the leader killed (SIGKILL), restarted 0.5–2 s later"
+	faultPluginsKilled   = "every plugin process killed (SIGKILL)"
+	faultPluginErrors    = "the plugin answering errors for 2–4 s"
+	faultPluginHangs     = "the plugin hanging for 2–4 s"
+	faultAPIServerDown   = "the kube-apiserver stopped, started again 1–3 s later"
+	eventCancelRequested = "operations asked to cancel (spec.cancel)"
+	eventBackupDeleted   = "a Backup deleted while its operations run"
+)
+
+var faultOrder = []string{faultReplicaKilled, faultLeaderKilled, faultPluginsKilled, faultPluginErrors, faultPluginHangs,
+	faultAPIServerDown, eventCancelRequested, eventBackupDeleted}
+
+// inject runs faults one after another, every 1–3 s, for cfg.duration, in
+// an order drawn from rng; a third of the way in it asks some operations to
+// cancel, and half way it deletes a Backup. It returns how often each happened.
+func inject(ctx context.Context, t *testing.T, cfg config, rng *rand.Rand, env *envtest.Environment, cl *cluster, load *workload) map[string]int {
+	t.Helper()
+	counts := map[string]int{}
+	end := time.Now().Add(cfg.duration)
+	cancelAt, deleteAt := time.Now().Add(cfg.duration/3), time.Now().Add(cfg.duration/2)
+	faults := faultOrder[:6]
+	restartLater := func(i int) {
+		pause(ctx, rng, 500*time.Millisecond, 2*time.Second)
+		if err := cl.start(i); err != nil {
+			t.Errorf("restarting replica %d: %v", i, err)
+		}
+	}
+	for time.Now().Before(end) && ctx.Err() == nil {
+		if !cancelAt.IsZero() && time.Now().After(cancelAt) {
+			counts[eventCancelRequested] += requestCancels(ctx, t, env, load, rng)
+			cancelAt = time.Time{}
+		}
+		if !deleteAt.IsZero() && time.Now().After(deleteAt) {
+			deleteBackup(ctx, t, env, load)
+			counts[eventBackupDeleted]++
+			deleteAt = time.Time{}
+		}
+		fault := faults[rng.IntN(len(faults))]
+		switch fault {
+		case faultReplicaKilled:
+			i := rng.IntN(2)
+			cl.kill(i)
+			restartLater(i)
+		case faultLeaderKilled:
+			i := cl.leader()
+			if i < 0 {
+				continue // no leader this moment: an election is under way
+			}
+			cl.kill(i)
+			restartLater(i)
+		case faultPluginsKilled:
+			for _, pid := range pluginPIDs(cl.pluginDir) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		case faultPluginErrors, faultPluginHangs:
+			kind := "error"
+			if fault == faultPluginHangs {
+				kind = "hang"
+			}
+			path := filepath.Join(cl.stateDir, sim.FaultFile)
+			if err := os.WriteFile(path, []byte(kind), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			pause(ctx, rng, 2*time.Second, 4*time.Second)
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+		case faultAPIServerDown:
+			down := 1*time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
+			if err := env.RestartAPIServer(ctx, down); err != nil {
+				t.Fatalf("restarting the kube-apiserver: %v", err)
+			}
+		}
+		counts[fault]++
+		pause(ctx, rng, time.Second, 3*time.Second)
+	}
+	// Whatever the last fault left behind is repaired.
+	_ = os.Remove(filepath.Join(cl.stateDir, sim.FaultFile))
+	for i := range 2 {
+		if err := cl.start(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return counts
+}
+
+// pause waits a time drawn between lo and hi: how long a fault lasts, or
+// the time between two faults.
+func pause(ctx context.Context, rng *rand.Rand, lo, hi time.Duration) {
+	select {
+	case <-time.After(lo + time.Duration(rng.Int64N(int64(hi-lo)))):
+	case <-ctx.Done():
+	}
+}
+
+// requestCancels sets spec.cancel on about a tenth of the ItemOperations
+// that exist (at least one), as an administrator would, and returns how many.
+func requestCancels(ctx context.Context, t *testing.T, env *envtest.Environment, load *workload, rng *rand.Rand) int {
+	t.Helper()
+	ops := &itemopsv1alpha1.ItemOperationList{}
+	if err := env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i, op := range ops.Items {
+		if n > 0 && rng.IntN(10) != 0 || op.Spec.Cancel {
+			continue
+		}
+		patch := client.MergeFrom(op.DeepCopy())
+		ops.Items[i].Spec.Cancel = true
+		if err := env.Client.Patch(ctx, &ops.Items[i], patch); err != nil {
+			t.Fatal(err)
+		}
+		load.cancelled[op.Spec.OperationID] = time.Now()
+		n++
+	}
+	return n
+}
+
+// deleteBackup deletes the last Backup, as `kubectl delete backup` would.
+func deleteBackup(ctx context.Context, t *testing.T, env *envtest.Environment, load *workload) {
+	t.Helper()
+	b := load.backups[len(load.backups)-1]
+	if err := env.Client.Delete(ctx, &velerov1api.Backup{ObjectMeta: b.ObjectMeta}); err != nil {
+		t.Fatal(err)
+	}
+	load.deleted[b.Name] = true
+	load.deletedAt[b.Name] = time.Now()
+}
+
+// pluginPIDs are the running processes of the sample plugin binary.
+func pluginPIDs(pluginDir string) []int {
+	binary := filepath.Join(pluginDir, "sample")
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil || exe != binary {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if i := bytes.LastIndexByte(stat, ')'); err != nil || i < 0 || bytes.HasPrefix(bytes.TrimSpace(stat[i+1:]), []byte("Z")) {
+			continue // exited, not yet reaped
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
