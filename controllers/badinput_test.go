@@ -20,6 +20,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -40,6 +42,7 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/store"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
@@ -148,6 +151,19 @@ func TestBadOperationInput(t *testing.T) {
 				g.Expect(s.Updated).To(BeNil())
 				g.Expect(s.Progress).To(Equal("1/10 (10%)"))
 			}},
+	}, {
+		name: "plugin whose call fails for a moment", upload: map[string]string{sim.AnnotationErrorCalls: "2",
+			sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "2Mi"},
+		want: seen{phase: itemopsv1alpha1.OperationPhaseCompleted, event: "Completed",
+			status: func(g Gomega, s itemopsv1alpha1.ItemOperationStatus) {
+				g.Expect(s.Error).To(BeEmpty())
+				g.Expect(s.PollFailures).To(BeZero())
+			}},
+	}, {
+		name: "plugin whose call keeps failing", upload: map[string]string{sim.AnnotationErrorCalls: "1000"},
+		want: seen{phase: itemopsv1alpha1.OperationPhaseFailed, event: "Failed",
+			error: fmt.Sprintf("progress could not be read %d times in a row; last error: Progress of plugin itemops.io/sample-datamover: %s: simulated error inside the plugin",
+				testMaxFailures, plugin.ErrPluginError)},
 	}, {
 		name: "plugin that never answers", upload: map[string]string{sim.AnnotationHangProgress: "true"},
 		want: seen{phase: itemopsv1alpha1.OperationPhaseFailed, error: fmt.Sprintf("progress could not be read %d times in a row", testMaxFailures),
@@ -320,6 +336,19 @@ func TestBadOperationsFile(t *testing.T) {
 			g.Expect(ops[0].Spec.OperationID).To(HavePrefix(strings.Repeat("an-operation-id-longer-than-any-kubernetes-name-", 6)), "kept whole in the spec")
 			g.Expect(ops[0].Spec.Plugin.Name).To(HaveSuffix(strings.Repeat("a-very-long-plugin-name-", 8)))
 		},
+	}, {
+		name: "a plugin name that is a path to a program", attempted: 1,
+		file: func(t *testing.T, b *velerov1api.Backup) []byte {
+			rec := backupRecord(b, "operation-1", itemoperation.OperationPhaseNew, time.Now())
+			rec.Spec.BackupItemAction = evilProgram(t)
+			return recordsFile(t, rec)
+		},
+		phase:  velerov1api.BackupPhaseFinalizingPartiallyFailed,
+		events: []string{reasonInvalidRecord + ": operation \"operation-1\" of plugin \"/…\" cannot be tracked and counts as failed"},
+		operations: func(g Gomega, ops []itemopsv1alpha1.ItemOperation) {
+			g.Expect(ops).To(BeEmpty())
+			g.Expect(evilRan).NotTo(BeAnExistingFile(), "a program named by the operations file was run")
+		},
 	}}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
@@ -386,6 +415,22 @@ func TestBadLocation(t *testing.T) {
 		backupRecord(b, startUpload(t, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"}), itemoperation.OperationPhaseNew, time.Now()),
 	})
 	g.Eventually(backupStatus(b), 15*time.Second, 100*time.Millisecond).Should(HaveField("Phase", velerov1api.BackupPhaseFinalizing))
+}
+
+// evilRan is the file the program evilProgram writes exists once it has run.
+var evilRan string
+
+// evilProgram writes an executable that leaves evilRan behind if anything
+// ever runs it, and returns its path.
+func evilProgram(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	evilRan = filepath.Join(dir, "ran")
+	path := filepath.Join(dir, "evil")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\ntouch "+evilRan+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // readThroughVelero reads file as b's operations file, through the real

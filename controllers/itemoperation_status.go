@@ -361,6 +361,8 @@ func callResult(err error) string {
 		return metrics.ResultLocation
 	case errors.Is(err, plugin.ErrOperationFailed):
 		return metrics.ResultOperationFailed
+	case errors.Is(err, plugin.ErrPluginError):
+		return metrics.ResultPluginError
 	case errors.Is(err, plugin.ErrPluginNotFound):
 		return metrics.ResultPluginNotFound
 	case errors.Is(err, plugin.ErrNotSupported):

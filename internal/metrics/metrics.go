@@ -39,6 +39,7 @@ import (
 const (
 	ResultOK               = "ok"
 	ResultOperationFailed  = "operation_failed"
+	ResultPluginError      = "plugin_error"
 	ResultPluginNotFound   = "plugin_not_found"
 	ResultNotSupported     = "not_supported"
 	ResultInvalidOperation = "invalid_operation_id"

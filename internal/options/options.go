@@ -78,8 +78,9 @@ type Options struct {
 	// ProgressUpdateInterval is the least time between two status writes of
 	// one operation when only its progress changed.
 	ProgressUpdateInterval time.Duration
-	// MaxProgressFailures is how many Progress calls in a row may fail with a
-	// transport error or deadline before the operation fails.
+	// MaxProgressFailures is how many Progress calls in a row may fail (a
+	// transport error, a deadline, an error inside the plugin's call) before
+	// the operation fails.
 	MaxProgressFailures int
 	// StallAfter is how long progress may stand still before the operation
 	// gets a Stalled condition.
@@ -143,7 +144,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxConcurrentReconciles, "max-concurrent-reconciles", o.MaxConcurrentReconciles, "reconciles running at once per controller")
 	fs.DurationVar(&o.PluginCallTimeout, "plugin-call-timeout", o.PluginCallTimeout, "deadline of every call into a plugin")
 	fs.DurationVar(&o.ProgressUpdateInterval, "progress-update-interval", o.ProgressUpdateInterval, "least time between two status writes of one operation when only its progress changed")
-	fs.IntVar(&o.MaxProgressFailures, "max-progress-failures", o.MaxProgressFailures, "Progress calls in a row that may fail with a transport error before the operation fails")
+	fs.IntVar(&o.MaxProgressFailures, "max-progress-failures", o.MaxProgressFailures, "Progress calls in a row that may fail (plugin unreachable, past its deadline, or an error inside the call) before the operation fails")
 	fs.DurationVar(&o.StallAfter, "stall-after", o.StallAfter, "how long progress may stand still before an operation is marked Stalled")
 	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "writable directory where BackupStorageLocation credentials are put for the ObjectStore plugins (mode 0600)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus metrics endpoint; 0 turns it off")

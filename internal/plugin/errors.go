@@ -36,9 +36,15 @@ var (
 	ErrNotSupported = errors.New("asynchronous operations not supported")
 	// ErrInvalidOperationID: the plugin does not know the operation ID.
 	ErrInvalidOperationID = errors.New("invalid operation ID")
-	// ErrOperationFailed: the plugin reported that the operation failed, or
-	// its call failed inside the plugin (an error or a panic).
+	// ErrOperationFailed: the plugin reported that the operation failed (an
+	// answer with an error in it).
 	ErrOperationFailed = errors.New("operation failed")
+	// ErrPluginError: the call failed inside the plugin (it returned an
+	// error, or panicked) without saying the operation failed. Velero's
+	// own data mover, for one, returns an error from Progress when it cannot
+	// read its DataUpload for a moment, and reports a failed upload as an
+	// answer.
+	ErrPluginError = errors.New("the plugin's call failed")
 	// ErrTransport: the plugin could not be reached or did not answer in
 	// time. The only kind worth retrying.
 	ErrTransport = errors.New("plugin unreachable")
@@ -90,12 +96,12 @@ func classify(call, plugin, operationID string, err error) error {
 			case strings.Contains(msg, serverMuxNotFound):
 				kind = ErrPluginNotFound
 			default:
-				kind = ErrOperationFailed
+				kind = ErrPluginError
 			}
 			err = errors.New(s.Message())
 		case codes.Aborted:
 			// Velero's plugin server reports a panic with code Aborted.
-			kind = ErrOperationFailed
+			kind = ErrPluginError
 			err = errors.New(s.Message())
 		case codes.Unimplemented:
 			kind = ErrNotSupported

@@ -34,11 +34,11 @@ func TestClassify(t *testing.T) {
 		want error
 	}{
 		{"invalid operation ID", status.Error(codes.Unknown, "operation ID op-1 is invalid"), ErrInvalidOperationID},
-		{"another operation's ID is a plain failure", status.Error(codes.Unknown, "operation ID op-2 is invalid"), ErrOperationFailed},
+		{"another operation's ID is a plain failure", status.Error(codes.Unknown, "operation ID op-2 is invalid"), ErrPluginError},
 		{"async not supported", status.Error(codes.Unknown, "Plugin does not support asynchronous operations"), ErrNotSupported},
 		{"name not served by the binary", status.Error(codes.Unknown, "BackupItemActionV2 plugin: x/y was not found or has an invalid name format"), ErrPluginNotFound},
-		{"error of the plugin", status.Error(codes.Unknown, "DataUpload not found"), ErrOperationFailed},
-		{"panic in the plugin", status.Error(codes.Aborted, "plugin panicked: boom"), ErrOperationFailed},
+		{"error of the plugin", status.Error(codes.Unknown, "DataUpload not found"), ErrPluginError},
+		{"panic in the plugin", status.Error(codes.Aborted, "plugin panicked: boom"), ErrPluginError},
 		{"service not served", status.Error(codes.Unimplemented, "unknown service"), ErrNotSupported},
 		{"connection lost", status.Error(codes.Unavailable, "error reading from server: EOF"), ErrTransport},
 		{"deadline", status.Error(codes.DeadlineExceeded, "context deadline exceeded"), ErrTransport},

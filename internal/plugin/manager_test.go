@@ -581,3 +581,25 @@ func goroutines() string {
 	buf := make([]byte, 1<<20)
 	return string(buf[:runtime.Stack(buf, true)])
 }
+
+// TestOnlyDiscoveredBinariesAreEverStarted: whatever an operation names as
+// its plugin (a path, a path out of the plugin directory, a binary's file
+// name), nothing is started but a binary discovery found serving that name.
+func TestOnlyDiscoveredBinariesAreEverStarted(t *testing.T) {
+	g := NewWithT(t)
+	dir := pluginDir(t, "sample")
+	ran := filepath.Join(t.TempDir(), "ran")
+	evil := filepath.Join(t.TempDir(), "evil")
+	g.Expect(os.WriteFile(evil, []byte("#!/bin/sh\ntouch "+ran+"\n"), 0o755)).To(Succeed())
+	m, _ := newManager(t, dir, 5*time.Second)
+	launches := m.Launches()
+	for _, name := range []string{evil, "../../../../" + evil, "sample", filepath.Join(dir, "sample"), "/bin/sh", "itemops.io/../../bin/sh"} {
+		op := upload("x")
+		op.Plugin = name
+		_, err := m.Progress(context.Background(), op)
+		g.Expect(errors.Is(err, ErrPluginNotFound)).To(BeTrue(), "plugin %q: %v", name, err)
+		g.Expect(m.Cancel(context.Background(), op)).To(MatchError(ErrPluginNotFound), "plugin %q", name)
+	}
+	g.Expect(m.Launches()).To(Equal(launches), "a process was started")
+	g.Expect(ran).NotTo(BeAnExistingFile())
+}

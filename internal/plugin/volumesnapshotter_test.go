@@ -183,7 +183,7 @@ func TestVolumeSnapshotterIsInitialisedWithTheLocationConfig(t *testing.T) {
 	bad := snapshot(id)
 	bad.SnapshotConfig = map[string]string{"fail-init": "yes"}
 	_, err := m.Progress(ctx, bad)
-	g.Expect(errors.Is(err, ErrOperationFailed)).To(BeTrue(), "got %v", err)
+	g.Expect(errors.Is(err, ErrPluginError)).To(BeTrue(), "got %v", err)
 	g.Expect(err.Error()).To(ContainSubstring("invalid configuration: fail-init=yes"))
 
 	// The good config again is initialised again, then shared by callers.

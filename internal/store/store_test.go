@@ -35,6 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
@@ -292,6 +293,16 @@ func TestMalformedFilesAreToldApartFromUnreachableStorage(t *testing.T) {
 
 func TestLocationProblems(t *testing.T) {
 	ctx := context.Background()
+	// A Secret a location could name, but in another namespace: never read.
+	const elsewhere = "credentials-in-another-namespace"
+	for _, obj := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "not-velero"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: elsewhere, Namespace: "not-velero"}, Data: map[string][]byte{secretKey: s3.Credentials()}},
+	} {
+		if err := env.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
 	dead, err := s3.FreeAddress()
 	if err != nil {
 		t.Fatal(err)
@@ -305,6 +316,10 @@ func TestLocationProblems(t *testing.T) {
 			func(g Gomega, err error) {
 				g.Expect(err).To(MatchError(ContainSubstring("Secret velero/no-such-secret")))
 				g.Expect(errors.Is(err, store.ErrMalformed) || errors.Is(err, store.ErrNoLocation)).To(BeFalse(), "worth retrying")
+			}},
+		{"the Secret exists only in another namespace", func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Name = elsewhere },
+			func(g Gomega, err error) {
+				g.Expect(err).To(MatchError(ContainSubstring("reading Secret velero/"+elsewhere)), "read from Velero's namespace only")
 			}},
 		{"the Secret has no such key", func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Key = "other" },
 			func(g Gomega, err error) { g.Expect(err).To(MatchError(ContainSubstring(`has no key "other"`))) }},

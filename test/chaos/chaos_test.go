@@ -132,7 +132,7 @@ func TestChaos(t *testing.T) {
 
 	load := newWorkload(t, env, venv.BucketDir, cfg, rng)
 	start := time.Now()
-	faults := inject(ctx, t, cfg, rng, env, cl, load)
+	faults := inject(ctx, t, cfg, rng, env, cl, load, w)
 	lastFault := time.Now()
 
 	// Converged: every Backup not deleted has moved on, and every

@@ -40,6 +40,7 @@ import (
 const (
 	faultReplicaKilled   = "an itemops replica killed (SIGKILL), restarted 0.5–2 s later"
 	faultLeaderKilled    = "the leader killed (SIGKILL), restarted 0.5–2 s later"
+	faultKilledMidWrites = "the leader killed (SIGKILL) the moment one of its ItemOperation writes is seen, amid the others"
 	faultPluginsKilled   = "every plugin process killed (SIGKILL)"
 	faultPluginErrors    = "the plugin answering errors for 2–4 s"
 	faultPluginHangs     = "the plugin hanging for 2–4 s"
@@ -48,18 +49,18 @@ const (
 	eventBackupDeleted   = "a Backup deleted while its operations run"
 )
 
-var faultOrder = []string{faultReplicaKilled, faultLeaderKilled, faultPluginsKilled, faultPluginErrors, faultPluginHangs,
+var faultOrder = []string{faultReplicaKilled, faultLeaderKilled, faultKilledMidWrites, faultPluginsKilled, faultPluginErrors, faultPluginHangs,
 	faultAPIServerDown, eventCancelRequested, eventBackupDeleted}
 
 // inject runs faults one after another, every 1–3 s, for cfg.duration, in
 // an order drawn from rng; a third of the way in it asks some operations to
 // cancel, and half way it deletes a Backup. It returns how often each happened.
-func inject(ctx context.Context, t *testing.T, cfg config, rng *rand.Rand, env *envtest.Environment, cl *cluster, load *workload) map[string]int {
+func inject(ctx context.Context, t *testing.T, cfg config, rng *rand.Rand, env *envtest.Environment, cl *cluster, load *workload, w *watcher) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
 	end := time.Now().Add(cfg.duration)
 	cancelAt, deleteAt := time.Now().Add(cfg.duration/3), time.Now().Add(cfg.duration/2)
-	faults := faultOrder[:6]
+	faults := faultOrder[:7]
 	restartLater := func(i int) {
 		pause(ctx, rng, 500*time.Millisecond, 2*time.Second)
 		if err := cl.start(i); err != nil {
@@ -86,6 +87,22 @@ func inject(ctx context.Context, t *testing.T, cfg config, rng *rand.Rand, env *
 			i := cl.leader()
 			if i < 0 {
 				continue // no leader this moment: an election is under way
+			}
+			cl.kill(i)
+			restartLater(i)
+		case faultKilledMidWrites:
+			select {
+			case <-w.written: // an old one
+			default:
+			}
+			select {
+			case <-w.written:
+			case <-time.After(5 * time.Second):
+				continue // nothing written now
+			}
+			i := cl.leader()
+			if i < 0 {
+				continue
 			}
 			cl.kill(i)
 			restartLater(i)

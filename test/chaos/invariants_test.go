@@ -54,10 +54,13 @@ type watcher struct {
 	finished map[string]time.Time
 	// reconnects: watches re-established.
 	reconnects int
+	// written is signalled on every change of an ItemOperation.
+	written chan struct{}
 }
 
 func newWatcher(env *envtest.Environment) *watcher {
-	return &watcher{c: env.WatchClient(), backupPhases: map[string][]velerov1api.BackupPhase{}, finished: map[string]time.Time{}}
+	return &watcher{c: env.WatchClient(), backupPhases: map[string][]velerov1api.BackupPhase{}, finished: map[string]time.Time{},
+		written: make(chan struct{}, 1)}
 }
 
 func (w *watcher) follow(ctx context.Context) {
@@ -72,6 +75,10 @@ func (w *watcher) follow(ctx context.Context) {
 	})
 	w.loop(ctx, &itemopsv1alpha1.ItemOperationList{}, func(obj client.Object) {
 		op := obj.(*itemopsv1alpha1.ItemOperation)
+		select {
+		case w.written <- struct{}{}:
+		default:
+		}
 		if !op.Status.Phase.IsTerminal() {
 			return
 		}

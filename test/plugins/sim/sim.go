@@ -65,6 +65,10 @@ const (
 	AnnotationCrashOnce = "itemops.io/sample-crash-once"
 	// AnnotationIgnoreCancel ("true") makes Cancel return without stopping anything.
 	AnnotationIgnoreCancel = "itemops.io/sample-ignore-cancel"
+	// AnnotationErrorCalls makes the first N Progress calls of the operation
+	// return an error (as a plugin that cannot read its own state for a
+	// moment does), not an answer.
+	AnnotationErrorCalls = "itemops.io/sample-error-calls"
 	// AnnotationAnswer makes every Progress call answer exactly this (JSON
 	// of an Answer), however wrong: the bad answers a caller must survive.
 	AnnotationAnswer = "itemops.io/sample-answer"
@@ -108,6 +112,7 @@ type State struct {
 	Crashed      bool          `json:"crashed,omitempty"`
 	IgnoreCancel bool          `json:"ignoreCancel,omitempty"`
 	Answer       *Answer       `json:"answer,omitempty"`
+	ErrorCalls   int           `json:"errorCalls,omitempty"`
 	Started      time.Time     `json:"started"`
 	Canceled     *time.Time    `json:"canceled,omitempty"`
 	// Cancels counts the Cancel calls received.
@@ -277,6 +282,11 @@ func (s *Store) StartAt(direction, item string, annotations map[string]string, a
 		}
 	}
 	st.CrashOnce = annotations[AnnotationCrashOnce] == "true"
+	if v, ok := annotations[AnnotationErrorCalls]; ok {
+		if st.ErrorCalls, err = strconv.Atoi(v); err != nil || st.ErrorCalls < 0 {
+			return "", fmt.Errorf("%s must be a number of calls, got %q", AnnotationErrorCalls, v)
+		}
+	}
 	if v, ok := annotations[AnnotationAnswer]; ok {
 		st.Answer = &Answer{}
 		if err := json.Unmarshal([]byte(v), st.Answer); err != nil {
@@ -356,6 +366,9 @@ func (s *Store) Progress(id string) (velero.OperationProgress, error) {
 	st.ProgressCalls++
 	if err := s.save(st); err != nil {
 		return velero.OperationProgress{}, err
+	}
+	if st.ProgressCalls <= st.ErrorCalls {
+		return velero.OperationProgress{}, fmt.Errorf("simulated error inside the plugin (call %d of the first %d)", st.ProgressCalls, st.ErrorCalls)
 	}
 	if st.Answer != nil {
 		return st.Answer.progress(), nil
