@@ -32,6 +32,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -129,6 +130,13 @@ func next() int {
 	defer seqMu.Unlock()
 	seq++
 	return seq
+}
+
+// forbidden is a reader the API server refuses, as with RBAC missing.
+type forbidden struct{ client.Reader }
+
+func (forbidden) Get(_ context.Context, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+	return apierrors.NewForbidden(corev1.Resource("secrets"), key.Name, errors.New("no RBAC rule allows it"))
 }
 
 func newStore(t *testing.T) *store.Store {
@@ -342,6 +350,14 @@ func TestLocationProblems(t *testing.T) {
 	t.Run("the location does not exist", func(t *testing.T) {
 		_, err := newStore(t).BackupOperations(ctx, backupIn("no-such-location"))
 		NewWithT(t).Expect(err).To(MatchError(store.ErrNoLocation))
+	})
+	t.Run("the Secret cannot be read", func(t *testing.T) {
+		g := NewWithT(t)
+		s := newStore(t)
+		s.Secrets = forbidden{}
+		_, err := s.BackupOperations(ctx, backupIn(location(t).Name))
+		g.Expect(err).To(MatchError(And(ContainSubstring("reading Secret velero/"+secretName), ContainSubstring("forbidden"))))
+		g.Expect(errors.Is(err, store.ErrMalformed) || errors.Is(err, store.ErrNoLocation)).To(BeFalse(), "worth retrying once RBAC is fixed")
 	})
 }
 

@@ -157,6 +157,7 @@ func TestChaos(t *testing.T) {
 	settled := time.Since(lastFault)
 
 	inv := check(ctx, t, env, venv.BucketDir, load, w)
+	inv.secretInEvents = eventsContaining(ctx, t, env, s3.SecretKey)
 	cl.stopAll()
 	// Their plugin processes go with them (a moment later: killed, then reaped).
 	waitFor(10*time.Second, func() bool { return len(pluginProcesses(pluginDir)) == 0 })

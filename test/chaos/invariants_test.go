@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -131,6 +132,7 @@ type invariants struct {
 	cancelledTwice int
 	leftPlugins    []int
 	secretInLogs   []string
+	secretInEvents int
 	goroutines     []string
 	reconnects     int
 	selfExits      int
@@ -145,6 +147,9 @@ func (inv *invariants) failures() []string {
 	}
 	if len(inv.secretInLogs) > 0 {
 		out = append(out, fmt.Sprintf("the S3 secret key is in %v", inv.secretInLogs))
+	}
+	if inv.secretInEvents > 0 {
+		out = append(out, fmt.Sprintf("the S3 secret key is in %d Events", inv.secretInEvents))
 	}
 	return out
 }
@@ -314,6 +319,23 @@ func logsContaining(dir, secret string) []string {
 	return found
 }
 
+// eventsContaining counts the Events in Velero's namespace whose message
+// holds secret.
+func eventsContaining(ctx context.Context, t *testing.T, env *envtest.Environment, secret string) int {
+	t.Helper()
+	list := &corev1.EventList{}
+	if err := env.Client.List(ctx, list, client.InNamespace(envtest.VeleroNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range list.Items {
+		if strings.Contains(e.Message, secret) {
+			n++
+		}
+	}
+	return n
+}
+
 // result is a run's report.
 type result struct {
 	cfg        config
@@ -349,7 +371,8 @@ func (r result) markdown() string {
 		{"Cancel calls for an operation already finished, or not asked to stop", inv.cancelsOfFinished},
 		{"operations files not written back with every end", inv.notWrittenBack},
 		{"plugin processes left after shutdown", len(inv.leftPlugins)},
-		{"logs holding the S3 secret key", len(inv.secretInLogs)},
+		{"logs holding the S3 secret key (every replica at debug level)", len(inv.secretInLogs)},
+		{"Events holding the S3 secret key", inv.secretInEvents},
 	}
 	for _, row := range rows {
 		fmt.Fprintf(&b, "| %s | %d |\n", row.name, row.n)
