@@ -156,7 +156,7 @@ func pause(ctx context.Context, rng *rand.Rand, lo, hi time.Duration) {
 func requestCancels(ctx context.Context, t *testing.T, env *envtest.Environment, load *workload, rng *rand.Rand) int {
 	t.Helper()
 	ops := &itemopsv1alpha1.ItemOperationList{}
-	if err := env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace)); err != nil {
+	if err := retrying(ctx, func() error { return env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace)) }); err != nil {
 		t.Fatal(err)
 	}
 	n := 0
@@ -166,7 +166,7 @@ func requestCancels(ctx context.Context, t *testing.T, env *envtest.Environment,
 		}
 		patch := client.MergeFrom(op.DeepCopy())
 		ops.Items[i].Spec.Cancel = true
-		if err := env.Client.Patch(ctx, &ops.Items[i], patch); err != nil {
+		if err := retrying(ctx, func() error { return client.IgnoreNotFound(env.Client.Patch(ctx, &ops.Items[i], patch)) }); err != nil {
 			t.Fatal(err)
 		}
 		load.cancelled[op.Spec.OperationID] = time.Now()
@@ -179,11 +179,24 @@ func requestCancels(ctx context.Context, t *testing.T, env *envtest.Environment,
 func deleteBackup(ctx context.Context, t *testing.T, env *envtest.Environment, load *workload) {
 	t.Helper()
 	b := load.backups[len(load.backups)-1]
-	if err := env.Client.Delete(ctx, &velerov1api.Backup{ObjectMeta: b.ObjectMeta}); err != nil {
+	if err := retrying(ctx, func() error { return env.Client.Delete(ctx, &velerov1api.Backup{ObjectMeta: b.ObjectMeta}) }); err != nil {
 		t.Fatal(err)
 	}
 	load.deleted[b.Name] = true
 	load.deletedAt[b.Name] = time.Now()
+}
+
+// retrying calls fn until it succeeds or 30 s have passed: the API server
+// may be busy catching up after a restart.
+func retrying(ctx context.Context, fn func() error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := fn()
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // pluginPIDs are the running processes of the sample plugin binary.
