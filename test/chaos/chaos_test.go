@@ -155,6 +155,18 @@ func TestChaos(t *testing.T) {
 		}
 	}, converge, time.Second).Should(Succeed())
 	settled := time.Since(lastFault)
+	// The checker's own watch may lag the API server (it lists again after
+	// every kube-apiserver restart): let it see every Backup's last phase.
+	g.Eventually(func(g Gomega) {
+		for _, b := range load.backups {
+			if load.deleted[b.Name] {
+				continue
+			}
+			got := &velerov1api.Backup{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), got)).To(Succeed())
+			g.Expect(w.lastPhase(b.Name)).To(Equal(got.Status.Phase), "Backup %s as the watch saw it", b.Name)
+		}
+	}, time.Minute, 100*time.Millisecond).Should(Succeed())
 
 	inv := check(ctx, t, env, venv.BucketDir, load, w)
 	inv.secretInEvents = eventsContaining(ctx, t, env, s3.SecretKey)

@@ -166,10 +166,11 @@ func requestCancels(ctx context.Context, t *testing.T, env *envtest.Environment,
 		}
 		patch := client.MergeFrom(op.DeepCopy())
 		ops.Items[i].Spec.Cancel = true
+		// Asked from this moment: anything seen ending later may have been cancelled.
+		load.cancelled[op.Spec.OperationID] = time.Now()
 		if err := retrying(ctx, func() error { return client.IgnoreNotFound(env.Client.Patch(ctx, &ops.Items[i], patch)) }); err != nil {
 			t.Fatal(err)
 		}
-		load.cancelled[op.Spec.OperationID] = time.Now()
 		n++
 	}
 	return n
@@ -179,11 +180,11 @@ func requestCancels(ctx context.Context, t *testing.T, env *envtest.Environment,
 func deleteBackup(ctx context.Context, t *testing.T, env *envtest.Environment, load *workload) {
 	t.Helper()
 	b := load.backups[len(load.backups)-1]
+	load.deletedAt[b.Name] = time.Now()
 	if err := retrying(ctx, func() error { return env.Client.Delete(ctx, &velerov1api.Backup{ObjectMeta: b.ObjectMeta}) }); err != nil {
 		t.Fatal(err)
 	}
 	load.deleted[b.Name] = true
-	load.deletedAt[b.Name] = time.Now()
 }
 
 // retrying calls fn until it succeeds or 30 s have passed: the API server

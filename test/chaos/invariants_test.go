@@ -91,6 +91,17 @@ func (w *watcher) follow(ctx context.Context) {
 	})
 }
 
+// lastPhase is the last phase the watch saw of a Backup.
+func (w *watcher) lastPhase(name string) velerov1api.BackupPhase {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := w.backupPhases[name]
+	if len(seen) == 0 {
+		return ""
+	}
+	return seen[len(seen)-1]
+}
+
 // loop lists and watches list's kind until ctx ends, calling seen for every
 // object listed or changed.
 func (w *watcher) loop(ctx context.Context, list client.ObjectList, seen func(client.Object)) {
