@@ -437,16 +437,7 @@ func evilProgram(t *testing.T) string {
 // store and Velero's own decoder, from a bucket in memory.
 func readThroughVelero(t *testing.T, b *velerov1api.Backup, file []byte) ([]*itemoperation.BackupOperation, error) {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := velerov1api.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	location := &velerov1api.BackupStorageLocation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: envtest.VeleroNamespace, Name: "default"},
-		Spec: velerov1api.BackupStorageLocationSpec{Provider: "aws",
-			StorageType: velerov1api.StorageType{ObjectStorage: &velerov1api.ObjectStorageLocation{Bucket: "backups"}}},
-	}
-	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(location).Build()
+	reader := defaultLocation(t)
 	bucket := &memoryObjectStore{objects: map[string][]byte{"backups/" + b.Name + "/" + b.Name + "-itemoperations.json.gz": file}}
 	s := &store.Store{Client: reader, Secrets: reader, Plugins: memoryPlugins{bucket}, Namespace: envtest.VeleroNamespace, CredentialsDir: t.TempDir()}
 	parent := b.DeepCopy()

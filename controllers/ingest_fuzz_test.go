@@ -30,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -121,16 +122,7 @@ func FuzzOperationsFile(f *testing.F) {
 	f.Add(valid[:len(valid)/2])
 	f.Add([]byte{})
 
-	scheme := runtime.NewScheme()
-	if err := velerov1api.AddToScheme(scheme); err != nil {
-		f.Fatal(err)
-	}
-	location := &velerov1api.BackupStorageLocation{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "default"},
-		Spec: velerov1api.BackupStorageLocationSpec{Provider: "aws",
-			StorageType: velerov1api.StorageType{ObjectStorage: &velerov1api.ObjectStorageLocation{Bucket: "backups"}}},
-	}
-	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(location).Build()
+	reader := defaultLocation(f)
 	gvk := velerov1api.SchemeGroupVersion.WithKind("Backup")
 
 	f.Fuzz(func(t *testing.T, file []byte) {
@@ -189,6 +181,22 @@ func FuzzOperationsFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// defaultLocation reads a BackupStorageLocation "default" in the velero
+// namespace, on the bucket "backups", and nothing else.
+func defaultLocation(tb testing.TB) client.Reader {
+	tb.Helper()
+	scheme := runtime.NewScheme()
+	if err := velerov1api.AddToScheme(scheme); err != nil {
+		tb.Fatal(err)
+	}
+	location := &velerov1api.BackupStorageLocation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "default"},
+		Spec: velerov1api.BackupStorageLocationSpec{Provider: "aws",
+			StorageType: velerov1api.StorageType{ObjectStorage: &velerov1api.ObjectStorageLocation{Bucket: "backups"}}},
+	}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(location).Build()
 }
 
 // gzipRecords encodes records as Velero writes an operations file.
