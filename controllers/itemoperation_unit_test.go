@@ -28,6 +28,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -36,6 +38,7 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/plugin"
 )
 
 func TestPollIntervalBacksOff(t *testing.T) {
@@ -103,25 +106,35 @@ func TestETAPollingPollsAtThePredictedCompletion(t *testing.T) {
 	on := &ItemOperationReconciler{SyncFrequency: 10 * time.Second, ETAPolling: true, MinPollInterval: time.Second}
 	off := &ItemOperationReconciler{SyncFrequency: 10 * time.Second, MinPollInterval: time.Second}
 	cases := []struct {
-		name     string
-		r        *ItemOperationReconciler
-		op       *itemopsv1alpha1.ItemOperation
-		min, max time.Duration
+		name       string
+		r          *ItemOperationReconciler
+		op         *itemopsv1alpha1.ItemOperation
+		slipped    bool
+		min, max   time.Duration
+		byEstimate bool
 	}{
-		{"done before the next poll", on, eta(3 * time.Second), 3*time.Second + etaMargin, 3*time.Second + etaMargin},
-		{"done after the next poll", on, eta(time.Minute), 8700 * time.Millisecond, 9700 * time.Millisecond},
-		{"done any moment", on, eta(100 * time.Millisecond), time.Second, time.Second},
-		{"no prediction", on, &itemopsv1alpha1.ItemOperation{}, 8700 * time.Millisecond, 9700 * time.Millisecond},
+		{"done before the next poll", on, eta(3 * time.Second), false, 3*time.Second + etaMargin, 3*time.Second + etaMargin, true},
+		{"done after the next poll", on, eta(time.Minute), false, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
+		{"done any moment", on, eta(300 * time.Millisecond), false, 300*time.Millisecond + etaMargin, 300*time.Millisecond + etaMargin, true},
+		{"done any moment, estimate slipped", on, eta(300 * time.Millisecond), true, time.Second, time.Second, true},
+		{"estimate passed", on, eta(-time.Second), false, etaMargin, etaMargin, true},
+		{"estimate passed and slipped", on, eta(-time.Second), true, time.Second, time.Second, true},
+		{"slipped, done after the next poll", on, eta(time.Minute), true, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
+		{"no prediction", on, &itemopsv1alpha1.ItemOperation{}, false, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
 		{"failing polls back off", on, func() *itemopsv1alpha1.ItemOperation {
 			op := eta(3 * time.Second)
 			op.Status.PollFailures = 2
 			return op
-		}(), 17400 * time.Millisecond, 19400 * time.Millisecond},
-		{"off", off, eta(3 * time.Second), 8700 * time.Millisecond, 9700 * time.Millisecond},
+		}(), false, 17000 * time.Millisecond, 19000 * time.Millisecond, false},
+		{"off", off, eta(3 * time.Second), false, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
 	}
 	for _, tc := range cases {
-		if got := tc.r.nextPoll(tc.op, now, false); got < tc.min || got > tc.max {
+		got, byEstimate := tc.r.nextPoll(tc.op, now, false, tc.slipped)
+		if got < tc.min || got > tc.max {
 			t.Errorf("%s: next poll in %s, want %s to %s", tc.name, got, tc.min, tc.max)
+		}
+		if byEstimate != tc.byEstimate {
+			t.Errorf("%s: next poll by the estimate: %t, want %t", tc.name, byEstimate, tc.byEstimate)
 		}
 	}
 }
@@ -135,20 +148,20 @@ func TestTheFirstPollSpreadsTheNextOverTheInterval(t *testing.T) {
 	lowest, highest := time.Hour, time.Duration(0)
 	buckets := map[time.Duration]int{}
 	for range 2000 {
-		next := r.nextPoll(op, time.Now(), true)
+		next, _ := r.nextPoll(op, time.Now(), true, false)
 		lowest, highest = min(lowest, next), max(highest, next)
 		buckets[next/time.Second]++
 	}
-	if lowest < time.Second || highest > 9700*time.Millisecond {
-		t.Fatalf("next polls from %s to %s, want within 1s to 9.7s", lowest, highest)
+	if lowest < time.Second || highest > 9500*time.Millisecond {
+		t.Fatalf("next polls from %s to %s, want within 1s to 9.5s", lowest, highest)
 	}
 	for s := time.Duration(1); s < 9; s++ {
-		if n := buckets[s]; n < 100 { // 230 expected in each second
+		if n := buckets[s]; n < 100 { // 235 expected in each second
 			t.Errorf("%d of 2000 next polls %ds to %ds after the first, want them spread evenly", n, s, s+1)
 		}
 	}
-	if later := r.nextPoll(op, time.Now(), false); later < 8700*time.Millisecond || later > 9700*time.Millisecond {
-		t.Errorf("a later poll comes %s after the previous, want 8.7s to 9.7s", later)
+	if later, _ := r.nextPoll(op, time.Now(), false, false); later < 8500*time.Millisecond || later > 9500*time.Millisecond {
+		t.Errorf("a later poll comes %s after the previous, want 8.5s to 9.5s", later)
 	}
 }
 
@@ -285,5 +298,95 @@ func TestOnlyParentChangesThatMatterWakeTheOperations(t *testing.T) {
 		if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: tc.new}); got != tc.want {
 			t.Errorf("%s: wakes the operations = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// scriptedPlugin answers Progress with a linear transfer of total bytes at
+// one byte a millisecond from started, measured at the clock's time.
+type scriptedPlugin struct {
+	clock   *clocktesting.FakeClock
+	started time.Time
+	total   int64
+	calls   int
+}
+
+func (p *scriptedPlugin) Progress(context.Context, plugin.Operation) (velero.OperationProgress, error) {
+	p.calls++
+	now := p.clock.Now()
+	done := min(p.total, now.Sub(p.started).Milliseconds())
+	return velero.OperationProgress{Completed: done == p.total, NCompleted: done, NTotal: p.total, OperationUnits: "Bytes",
+		Started: p.started, Updated: now}, nil
+}
+
+func (p *scriptedPlugin) Cancel(context.Context, plugin.Operation) error { return nil }
+
+// TestAPollJustBeforeTheEndIsFollowedByOneJustAfter: a regular poll that
+// finds an operation about to end polls again at its estimated end, even
+// sooner than the minimum interval; a poll made for an estimate that finds
+// the operation still running (the estimate slipped) waits the minimum.
+func TestAPollJustBeforeTheEndIsFollowedByOneJustAfter(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := velerov1api.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	// Not on a whole second: a written status comes back with its times
+	// cut to the second, and the next poll must not be timed by those.
+	start := time.Date(2026, 1, 1, 0, 0, 0, 600_000_000, time.UTC)
+	clock := clocktesting.NewFakeClock(start)
+	backup := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-b"},
+		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations},
+	}
+	op := &itemopsv1alpha1.ItemOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero", Finalizers: []string{itemopsv1alpha1.Finalizer}},
+		Spec: itemopsv1alpha1.ItemOperationSpec{
+			Parent:      itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: "b", UID: "uid-b"},
+			Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: "example.io/p"},
+			OperationID: "id",
+		},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(backup, op).WithStatusSubresource(op).Build()
+	// 10 s long; polls at 9.6 s, then at the estimate (10.1 s).
+	p := &scriptedPlugin{clock: clock, started: start, total: 10_000}
+	r := &ItemOperationReconciler{Client: c, Plugins: p, Recorder: record.NewFakeRecorder(100), Clock: clock,
+		SyncFrequency: 10 * time.Second, ProgressUpdateInterval: 30 * time.Second, StallAfter: time.Hour,
+		MaxProgressFailures: 3, ETAPolling: true, MinPollInterval: time.Second}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
+	ctx := context.Background()
+	reconcile := func() time.Duration {
+		t.Helper()
+		res, err := r.Reconcile(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.RequeueAfter
+	}
+
+	clock.SetTime(start.Add(9600 * time.Millisecond))
+	r.polled.Store(req.NamespacedName, time.Time{}) // polled regularly before
+	if got, want := reconcile(), 400*time.Millisecond+etaMargin; got != want {
+		t.Fatalf("a poll 400ms before the end: next in %s, want %s (at the estimate)", got, want)
+	}
+
+	// The transfer slows down: at the estimate it is still 300 bytes short.
+	p.started = start.Add(300 * time.Millisecond)
+	clock.SetTime(start.Add(10100 * time.Millisecond))
+	if got, want := reconcile(), time.Second; got != want {
+		t.Fatalf("a poll at a slipped estimate: next in %s, want the minimum interval %s", got, want)
+	}
+
+	clock.SetTime(start.Add(11100 * time.Millisecond))
+	if got := reconcile(); got != 0 {
+		t.Fatalf("the finished operation is polled again in %s", got)
+	}
+	got := &itemopsv1alpha1.ItemOperation{}
+	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != itemopsv1alpha1.OperationPhaseCompleted || p.calls != 3 {
+		t.Fatalf("phase %s after %d Progress calls, want Completed after 3", got.Status.Phase, p.calls)
 	}
 }

@@ -643,6 +643,7 @@ func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []ite
 	if r.opts.Store == nil {
 		return nil
 	}
+	start := time.Now()
 	records, err := r.kind.read(ctx, r.opts.Store, parent)
 	if err != nil && !errors.Is(err, store.ErrMalformed) {
 		return err
@@ -681,7 +682,7 @@ func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []ite
 	if err := r.kind.write(ctx, r.opts.Store, parent, out); err != nil {
 		return err
 	}
-	ctrl.LoggerFrom(ctx).Info("wrote the operations file back", "records", len(out))
+	ctrl.LoggerFrom(ctx).Info("wrote the operations file back", "records", len(out), "took", time.Since(start).String())
 	return nil
 }
 

@@ -99,7 +99,8 @@ type Options struct {
 	// LeaderElect makes replicas elect one active manager.
 	LeaderElect bool
 	// ETAPolling polls an operation at its predicted completion when that
-	// comes before the next regular poll, no sooner than MinPollInterval.
+	// comes before the next regular poll; once a prediction has passed
+	// without the operation ending, no sooner than MinPollInterval.
 	ETAPolling      bool
 	MinPollInterval time.Duration
 	// StatusWriteQPS bounds the status writes that only report progress;
@@ -152,7 +153,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", o.PprofBindAddress, "address of Go's /debug/pprof profiles; 0 turns them off")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one active manager among replicas (a Lease in the Velero namespace)")
 	fs.BoolVar(&o.ETAPolling, "eta-polling", o.ETAPolling, "poll an operation at its predicted completion when that comes before the next regular poll")
-	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", o.MinPollInterval, "with --eta-polling, the least time between two polls of an operation")
+	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", o.MinPollInterval, "with --eta-polling, the least time between two polls of an operation once an estimate has passed without it ending")
 	fs.IntVar(&o.StatusWriteQPS, "status-write-qps", o.StatusWriteQPS, "status writes per second that only report progress; beyond it they are skipped until the next poll (ends, errors and conditions are always written)")
 	fs.IntVar(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "requests per second the manager may send to the API server")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "requests the manager may send to the API server at once above --kube-api-qps")

@@ -188,6 +188,10 @@ func runSide(ctx context.Context, root string, cfg sideConfig, mode string) (*si
 			"--health-probe-bind-address="+probes, "--credentials-dir="+filepath.Join(work, "credentials"), "--zap-log-level="+logLevel)
 		itemops.Args = append(itemops.Args, cfg.extraArgs...)
 		itemops.Env = append(os.Environ(), pluginEnv...)
+		if cfg.keep {
+			// Every Progress call of itemops' plugin processes, for a look at a kept run.
+			itemops.Env = append(itemops.Env, sim.EnvPollLog+"="+filepath.Join(work, "polls.log"))
+		}
 		if err := startLogged(itemops, filepath.Join(work, "itemops.log")); err != nil {
 			return nil, err
 		}
