@@ -20,7 +20,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -184,4 +187,20 @@ func (f *fakeStore) BackupVolumeSnapshots(_ context.Context, b *velerov1api.Back
 
 func (f *fakeStore) SnapshotLocation(ctx context.Context, name string) (store.SnapshotLocation, error) {
 	return f.locations.SnapshotLocation(ctx, name)
+}
+
+// waitingBackupWithRecords is a Backup waiting for n new operations, and a
+// fakeStore whose operations file lists them.
+func waitingBackupWithRecords(name, uid string, n int) (*velerov1api.Backup, *fakeStore) {
+	backup := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "velero", UID: types.UID(uid)},
+		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations, BackupItemOperationsAttempted: n},
+	}
+	records := make([]*itemoperation.BackupOperation, n)
+	for i := range records {
+		records[i] = backupRecord(backup, fmt.Sprintf("operation-%06d", i), itemoperation.OperationPhaseNew, time.Now())
+	}
+	store := newFakeStore()
+	store.setBackup(uid, records)
+	return backup, store
 }

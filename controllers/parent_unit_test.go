@@ -125,16 +125,7 @@ func TestOperationsJustCreatedAreNotReadAgain(t *testing.T) {
 	ctx := context.Background()
 	scheme := unitScheme(t)
 	const n = 20
-	backup := &velerov1api.Backup{
-		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-lag"},
-		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations, BackupItemOperationsAttempted: n},
-	}
-	records := make([]*itemoperation.BackupOperation, n)
-	for i := range records {
-		records[i] = backupRecord(backup, fmt.Sprintf("operation-%03d", i), itemoperation.OperationPhaseNew, time.Now())
-	}
-	store := newFakeStore()
-	store.setBackup(string(backup.UID), records)
+	backup, store := waitingBackupWithRecords("b", "uid-lag", n)
 	creates := 0
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(backup).
 		WithIndex(&itemopsv1alpha1.ItemOperation{}, IndexParentUID, parentUID).
@@ -263,16 +254,7 @@ func unitScheme(t *testing.T) *runtime.Scheme {
 func TestHugeOperationsFileIsIngestedWhole(t *testing.T) {
 	ctx := context.Background()
 	const n = 100_000
-	backup := &velerov1api.Backup{
-		ObjectMeta: metav1.ObjectMeta{Name: "huge", Namespace: "velero", UID: "uid-huge"},
-		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations, BackupItemOperationsAttempted: n},
-	}
-	records := make([]*itemoperation.BackupOperation, n)
-	for i := range records {
-		records[i] = backupRecord(backup, fmt.Sprintf("operation-%06d", i), itemoperation.OperationPhaseNew, time.Now())
-	}
-	store := newFakeStore()
-	store.setBackup(string(backup.UID), records)
+	backup, store := waitingBackupWithRecords("huge", "uid-huge", n)
 	c := fake.NewClientBuilder().WithScheme(unitScheme(t)).WithObjects(backup).
 		WithIndex(&itemopsv1alpha1.ItemOperation{}, IndexParentUID, parentUID).Build()
 	recorder := record.NewFakeRecorder(1000)
