@@ -49,6 +49,17 @@ import (
 // leaderElectionID names the Lease that replicas compete for.
 const leaderElectionID = "itemops.itemops.io"
 
+// kubeconfigArg hands itemops' --kubeconfig on to plugin processes, as
+// velero server hands on its own: a plugin that reads the API server (the
+// CSI data mover does) then acts as itemops does. In a cluster there is none
+// and plugins use the pod's ServiceAccount, as itemops does.
+func kubeconfigArg() []string {
+	if f := flag.Lookup("kubeconfig"); f != nil && f.Value.String() != "" {
+		return []string{"--kubeconfig=" + f.Value.String()}
+	}
+	return nil
+}
+
 func main() {
 	opts := options.New()
 	opts.BindFlags(flag.CommandLine)
@@ -115,6 +126,8 @@ func main() {
 		CallTimeout: opts.PluginCallTimeout,
 		Log:         ctrl.Log.WithName("plugins"),
 		OnRestart:   metrics.PluginRestarted,
+		Namespace:   opts.VeleroNamespace,
+		Args:        append(kubeconfigArg(), opts.PluginArgs...),
 	})
 	plugins.Discover(ctrl.LoggerInto(context.Background(), log))
 	if err := mgr.Add(plugins); err != nil {

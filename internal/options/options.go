@@ -110,6 +110,23 @@ type Options struct {
 	// server (client-side rate limit).
 	KubeAPIQPS   int
 	KubeAPIBurst int
+	// PluginArgs are passed to every plugin process, after --namespace: the
+	// same as the velero server's arguments, which Velero passes to its
+	// plugins (--features, --log-level, --client-qps…).
+	PluginArgs Args
+}
+
+// Args is a flag that may be given more than once; each value is split at
+// white space, so "--features=EnableCSI --log-level=debug" is two arguments.
+type Args []string
+
+// String implements flag.Value.
+func (a *Args) String() string { return strings.Join(*a, " ") }
+
+// Set implements flag.Value.
+func (a *Args) Set(value string) error {
+	*a = append(*a, strings.Fields(value)...)
+	return nil
 }
 
 // New returns the defaults.
@@ -157,6 +174,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.StatusWriteQPS, "status-write-qps", o.StatusWriteQPS, "status writes per second that only report progress; beyond it they are skipped until the next poll (ends, errors and conditions are always written)")
 	fs.IntVar(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "requests per second the manager may send to the API server")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "requests the manager may send to the API server at once above --kube-api-qps")
+	fs.Var(&o.PluginArgs, "plugin-args", "arguments for every plugin process, the same as your velero server's (e.g. \"--features=EnableCSI --log-level=info\"); may be repeated")
 }
 
 // Validate returns every problem with the options at once, each naming its flag.
@@ -201,6 +219,11 @@ func (o Options) Validate() error {
 	} {
 		if n.value < 1 {
 			errs = append(errs, fmt.Errorf("%s must be at least 1, got %d", n.flag, n.value))
+		}
+	}
+	for _, arg := range o.PluginArgs {
+		if !strings.HasPrefix(arg, "-") {
+			errs = append(errs, fmt.Errorf("--plugin-args: %q is not a flag: plugins take only flags, as velero server passes them", arg))
 		}
 	}
 	if o.HealthProbeBindAddress == "" {

@@ -59,7 +59,8 @@ func TestFlagsAreParsed(t *testing.T) {
 		"--progress-update-interval=1m", "--max-progress-failures=3", "--stall-after=30m",
 		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--pprof-bind-address=127.0.0.1:6060", "--leader-elect",
 		"--credentials-dir=/run/itemops/credentials", "--kube-api-qps=500", "--kube-api-burst=1000",
-		"--eta-polling", "--min-poll-interval=500ms", "--status-write-qps=20")
+		"--eta-polling", "--min-poll-interval=500ms", "--status-write-qps=20",
+		"--plugin-args=--features=EnableCSI,EnableAPIGroupVersions --log-level=debug", "--plugin-args", "--client-qps=50")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(o).To(Equal(Options{
 		Mode:                    ModeManage,
@@ -81,6 +82,7 @@ func TestFlagsAreParsed(t *testing.T) {
 		ETAPolling:              true,
 		MinPollInterval:         500 * time.Millisecond,
 		StatusWriteQPS:          20,
+		PluginArgs:              Args{"--features=EnableCSI,EnableAPIGroupVersions", "--log-level=debug", "--client-qps=50"},
 	}))
 }
 
@@ -105,6 +107,7 @@ func TestBadValuesAreRejectedWithTheirFlag(t *testing.T) {
 		{"zero failure budget", []string{"--max-progress-failures=0"}, []string{"--max-progress-failures must be at least 1, got 0"}},
 		{"no probe address", []string{"--health-probe-bind-address="}, []string{"--health-probe-bind-address must be set"}},
 		{"zero API rate", []string{"--kube-api-qps=0"}, []string{"--kube-api-qps must be at least 1, got 0"}},
+		{"plugin argument not a flag", []string{"--plugin-args=server --features=EnableCSI"}, []string{`--plugin-args: "server" is not a flag`}},
 		{
 			"every problem at once",
 			[]string{"--sync-frequency=0s", "--max-concurrent-reconciles=0", "--velero-namespace=A"},

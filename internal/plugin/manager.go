@@ -84,6 +84,14 @@ type Options struct {
 	// OnRestart, when set, is told the binary of every process found dead
 	// and started again.
 	OnRestart func(binary string)
+	// Namespace is Velero's namespace. Every plugin process gets it as
+	// VELERO_NAMESPACE and --namespace, as Velero starts its plugins: plugins
+	// find their own objects (DataUploads, for one) through it.
+	Namespace string
+	// Args are added to every plugin process's command line after
+	// --namespace: the velero server's own arguments (--features,
+	// --log-level, --client-qps…), which Velero passes to every plugin.
+	Args []string
 }
 
 // Manager discovers plugins, keeps one process per plugin binary and calls

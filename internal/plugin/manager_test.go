@@ -603,3 +603,47 @@ func TestOnlyDiscoveredBinariesAreEverStarted(t *testing.T) {
 	g.Expect(m.Launches()).To(Equal(launches), "a process was started")
 	g.Expect(ran).NotTo(BeAnExistingFile())
 }
+
+// TestPluginProcessesGetVelerosNamespaceAndArguments: a plugin process is
+// started as Velero starts it, with Velero's namespace as VELERO_NAMESPACE
+// and --namespace and then the velero server's arguments, whatever
+// VELERO_NAMESPACE itemops itself has.
+func TestPluginProcessesGetVelerosNamespaceAndArguments(t *testing.T) {
+	g := NewWithT(t)
+	argsLog := filepath.Join(t.TempDir(), "launches")
+	t.Setenv(sim.EnvArgsLog, argsLog)
+	t.Setenv("VELERO_NAMESPACE", "not-this-one")
+	m := NewManager(Options{Dir: pluginDir(t, "sample"), CallTimeout: 10 * time.Second, Log: logr.Discard(),
+		Namespace: "backup-system", Args: []string{"--features=EnableCSI", "--client-qps=7"}})
+	m.Discover(context.Background())
+	t.Cleanup(m.Close)
+	startUpload(t, m, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "1Mi"})
+
+	raw, err := os.ReadFile(argsLog)
+	g.Expect(err).NotTo(HaveOccurred())
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	g.Expect(lines).To(HaveLen(2), "discovery's process and the one that serves calls")
+	for _, line := range lines {
+		var launch sim.Launch
+		g.Expect(json.Unmarshal([]byte(line), &launch)).To(Succeed())
+		g.Expect(launch.Namespace).To(Equal("backup-system"))
+		g.Expect(launch.Args).To(Equal([]string{"--namespace=backup-system", "--features=EnableCSI", "--client-qps=7"}))
+	}
+}
+
+func TestPluginArgumentsAreVelerosCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		name, path, namespace string
+		extra, want           []string
+	}{
+		{"a third-party binary", "/plugins/velero-plugin-for-aws", "velero", []string{"--log-level=debug"},
+			[]string{"--namespace=velero", "--log-level=debug"}},
+		{"velero serves its built-in plugins as run-plugins", "/plugins/velero", "backups", nil,
+			[]string{"run-plugins", "--namespace=backups"}},
+		{"no namespace, no flag", "/plugins/sample", "", []string{"--features=EnableCSI"}, []string{"--features=EnableCSI"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			NewWithT(t).Expect(pluginArgs(tc.path, tc.namespace, tc.extra)).To(Equal(tc.want))
+		})
+	}
+}

@@ -20,8 +20,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,27 +203,52 @@ func (p *process) close() {
 	}
 }
 
-// pluginArgs returns the arguments that make a binary serve plugins. The
-// velero binary serves its built-in plugins (the CSI actions among them) only
-// as "velero run-plugins", which is how Velero itself starts it.
-func pluginArgs(path string) []string {
+// namespaceEnv is the variable Velero's plugins (and its client factory) read
+// Velero's namespace from.
+const namespaceEnv = "VELERO_NAMESPACE"
+
+// pluginArgs returns the command line of a plugin process, as Velero builds
+// it (pkg/plugin/clientmgmt/process/client_builder.go): the velero binary
+// serves its built-in plugins (the CSI actions among them) only as "velero
+// run-plugins"; then come the server's own arguments, here Velero's
+// namespace and the configured ones.
+func pluginArgs(path, namespace string, extra []string) []string {
+	var args []string
 	if filepath.Base(path) == "velero" {
-		return []string{"run-plugins"}
+		args = append(args, "run-plugins")
 	}
-	return nil
+	if namespace != "" {
+		args = append(args, "--namespace="+namespace)
+	}
+	return append(args, extra...)
+}
+
+// pluginEnv is itemops' environment with VELERO_NAMESPACE set to namespace,
+// whatever itemops' own value.
+func pluginEnv(namespace string) []string {
+	env := os.Environ()
+	if namespace == "" {
+		return env
+	}
+	env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, namespaceEnv+"=") })
+	return append(env, namespaceEnv+"="+namespace)
 }
 
 // start launches one process of the binary at path and connects to it.
 func (m *Manager) start(path string) (*running, error) {
-	cmd := exec.Command(path, pluginArgs(path)...) //nolint:gosec // path comes from discovery in the plugin directory only
+	cmd := exec.Command(path, pluginArgs(path, m.opts.Namespace, m.opts.Args)...) //nolint:gosec // path comes from discovery in the plugin directory only
+	cmd.Env = pluginEnv(m.opts.Namespace)
 	dieWithParent(cmd)
 	client := hcplugin.NewClient(&hcplugin.ClientConfig{
 		HandshakeConfig:  framework.Handshake(),
 		AllowedProtocols: []hcplugin.Protocol{hcplugin.ProtocolGRPC},
 		Plugins:          map[string]hcplugin.Plugin{string(common.PluginKindPluginLister): connPlugin{}},
 		Cmd:              cmd,
-		Logger:           m.hclog,
-		StartTimeout:     m.opts.CallTimeout,
+		// cmd.Env already holds the environment; go-plugin would append
+		// itemops' own after it, and a second VELERO_NAMESPACE would win.
+		SkipHostEnv:  true,
+		Logger:       m.hclog,
+		StartTimeout: m.opts.CallTimeout,
 	})
 	m.launches.Add(1)
 	protocol, err := client.Client()

@@ -86,6 +86,9 @@ const (
 	// EnvLaunchLog names a file that gets one line per start of the plugin
 	// process: "<pid> <unix nanoseconds>".
 	EnvLaunchLog = "ITEMOPS_SAMPLE_LAUNCH_LOG"
+	// EnvArgsLog names a file that gets one JSON Launch per start of the
+	// plugin process: what it was started with.
+	EnvArgsLog = "ITEMOPS_SAMPLE_ARGS_LOG"
 
 	// FaultFile, in the state directory, makes every Progress call of every
 	// operation misbehave while it exists: "error" answers with an error,
@@ -194,18 +197,30 @@ func NewStore() (*Store, error) {
 	return s, nil
 }
 
-// LogLaunch records a start of the plugin process when EnvLaunchLog asks for it.
+// Launch is what a plugin process was started with.
+type Launch struct {
+	// Args are its arguments, without the program's name.
+	Args []string `json:"args"`
+	// Namespace is its VELERO_NAMESPACE.
+	Namespace string `json:"namespace"`
+}
+
+// LogLaunch records a start of the plugin process when EnvLaunchLog or
+// EnvArgsLog asks for it.
 func LogLaunch() {
-	path := os.Getenv(EnvLaunchLog)
-	if path == "" {
-		return
+	if path := os.Getenv(EnvLaunchLog); path != "" {
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			fmt.Fprintf(f, "%d %d\n", os.Getpid(), time.Now().UnixNano())
+			_ = f.Close()
+		}
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return
+	if path := os.Getenv(EnvArgsLog); path != "" {
+		line, _ := json.Marshal(Launch{Args: os.Args[1:], Namespace: os.Getenv("VELERO_NAMESPACE")})
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			fmt.Fprintf(f, "%s\n", line)
+			_ = f.Close()
+		}
 	}
-	defer f.Close()
-	fmt.Fprintf(f, "%d %d\n", os.Getpid(), time.Now().UnixNano())
 }
 
 // logPoll records a Progress answer when EnvPollLog asks for it.
