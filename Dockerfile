@@ -12,11 +12,16 @@ COPY api/ api/
 COPY controllers/ controllers/
 COPY internal/ internal/
 COPY pkg/ pkg/
+COPY cmd/ cmd/
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o itemops .
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o cp-plugin ./cmd/cp-plugin
 
 FROM gcr.io/distroless/static:nonroot
 WORKDIR /
 COPY --from=builder /workspace/itemops .
+# Run by init containers to copy plugin binaries out of images without a cp
+# (Velero's own, for its built-in plugins).
+COPY --from=builder /workspace/cp-plugin .
 USER 65532:65532
 # Velero plugin binaries are copied here by init containers (an emptyDir in
 # the chart and in config/manager).

@@ -58,7 +58,7 @@ func (r *DownloadRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("downloadrequest").
 		For(&velerov1api.DownloadRequest{}, builder.WithPredicates(wanted)).
-		Complete(r)
+		Complete(quietConflicts{r})
 }
 
 func isOperationsTarget(kind velerov1api.DownloadTargetKind) bool {

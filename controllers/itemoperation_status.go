@@ -103,13 +103,22 @@ func (r *ItemOperationReconciler) poll(ctx context.Context, op *itemopsv1alpha1.
 	default:
 		op.Status.PollFailures++
 		log.V(1).Info("reading progress failed", "failuresInARow", op.Status.PollFailures, "error", err.Error())
+		reason, cause := itemopsv1alpha1.ReasonPollFailing, err.Error()
+		if d, ok := plugin.Forbidden(err); ok {
+			// Plugins run with itemops' identity: say which permission it
+			// lacks, not just that a poll failed.
+			reason = itemopsv1alpha1.ReasonPluginForbidden
+			cause = fmt.Sprintf("plugin %s was refused by the API server: %s may not %s; grant it to itemops' ServiceAccount "+
+				"(the chart's rbac.pluginRules or pluginClusterRules, config/rbac/velero_plugins_role.yaml); the plugin said: %v",
+				op.Spec.Plugin.Name, d.User, d.Permission(), err)
+		}
 		if int(op.Status.PollFailures) >= r.MaxProgressFailures {
-			op.Status.Error = fmt.Sprintf("progress could not be read %d times in a row; last error: %v", op.Status.PollFailures, err)
+			op.Status.Error = fmt.Sprintf("progress could not be read %d times in a row; last error: %s", op.Status.PollFailures, cause)
 			r.finish(op, itemopsv1alpha1.OperationPhaseFailed, now)
 			return
 		}
-		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, itemopsv1alpha1.ReasonPollFailing,
-			fmt.Sprintf("%d of %d allowed failures in a row: %v", op.Status.PollFailures, r.MaxProgressFailures, err), now)
+		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, reason,
+			fmt.Sprintf("%d of %d allowed failures in a row: %s", op.Status.PollFailures, r.MaxProgressFailures, cause), now)
 	}
 }
 
@@ -238,7 +247,8 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 		r.Recorder.Event(op, corev1.EventTypeWarning, "Stalled", c.Message)
 	}
 	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil &&
-		(c.Reason == itemopsv1alpha1.ReasonPluginNotFound || c.Reason == itemopsv1alpha1.ReasonSnapshotLocationUnavailable) &&
+		(c.Reason == itemopsv1alpha1.ReasonPluginNotFound || c.Reason == itemopsv1alpha1.ReasonSnapshotLocationUnavailable ||
+			c.Reason == itemopsv1alpha1.ReasonPluginForbidden) &&
 		!hasReason(original, itemopsv1alpha1.ConditionProgressing, c.Reason) {
 		r.Recorder.Event(op, corev1.EventTypeWarning, c.Reason, c.Message)
 	}

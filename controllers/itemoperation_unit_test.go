@@ -25,6 +25,7 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
@@ -388,5 +389,86 @@ func TestAPollJustBeforeTheEndIsFollowedByOneJustAfter(t *testing.T) {
 	}
 	if got.Status.Phase != itemopsv1alpha1.OperationPhaseCompleted || p.calls != 3 {
 		t.Fatalf("phase %s after %d Progress calls, want Completed after 3", got.Status.Phase, p.calls)
+	}
+}
+
+// deniedPlugin answers every Progress with the error Velero's data mover
+// returns when itemops' identity may not list DataUploads.
+type deniedPlugin struct{}
+
+func (deniedPlugin) Progress(context.Context, plugin.Operation) (velero.OperationProgress, error) {
+	return velero.OperationProgress{}, &plugin.Error{Kind: plugin.ErrPluginError, Plugin: "velero.io/csi-pvc-backupper", Call: "Progress",
+		Err: errors.New(`error to list DataUpload: datauploads.velero.io is forbidden: User "system:serviceaccount:velero:itemops" ` +
+			`cannot list resource "datauploads" in API group "velero.io" in the namespace "velero"`)}
+}
+
+func (deniedPlugin) Cancel(context.Context, plugin.Operation) error { return nil }
+
+// TestAPluginRefusedByTheAPIServerNamesTheMissingPermission: a plugin's own
+// request refused by the API server is a failed poll within the budget, shown
+// as PluginForbidden with the permission, once as an Event; at the end of the
+// budget the operation fails with the same words.
+func TestAPluginRefusedByTheAPIServerNamesTheMissingPermission(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := velerov1api.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := clocktesting.NewFakeClock(now)
+	backup := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-b"},
+		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations},
+	}
+	op := &itemopsv1alpha1.ItemOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero", Finalizers: []string{itemopsv1alpha1.Finalizer}},
+		Spec: itemopsv1alpha1.ItemOperationSpec{
+			Parent:      itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: "b", UID: "uid-b"},
+			Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: "velero.io/csi-pvc-backupper"},
+			OperationID: "du-1",
+		},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(backup, op).WithStatusSubresource(op).Build()
+	recorder := record.NewFakeRecorder(100)
+	r := &ItemOperationReconciler{Client: c, Plugins: deniedPlugin{}, Recorder: recorder, Clock: clock,
+		SyncFrequency: 10 * time.Second, ProgressUpdateInterval: 30 * time.Second, StallAfter: time.Hour,
+		MaxProgressFailures: 3, MinPollInterval: time.Second}
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
+	ctx := context.Background()
+	const permission = "system:serviceaccount:velero:itemops may not list datauploads.velero.io in namespace velero"
+
+	got := &itemopsv1alpha1.ItemOperation{}
+	for i := 1; i <= 3; i++ {
+		if _, err := r.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+			t.Fatal(err)
+		}
+		if i < 3 {
+			cond := meta.FindStatusCondition(got.Status.Conditions, itemopsv1alpha1.ConditionProgressing)
+			if got.Status.Phase.IsTerminal() || cond == nil || cond.Reason != itemopsv1alpha1.ReasonPluginForbidden ||
+				!strings.Contains(cond.Message, permission) {
+				t.Fatalf("after %d refused polls: phase %s, condition %+v; want it running, PluginForbidden naming %q", i, got.Status.Phase, cond, permission)
+			}
+		}
+		clock.Step(time.Minute)
+	}
+	if got.Status.Phase != itemopsv1alpha1.OperationPhaseFailed || !strings.Contains(got.Status.Error, permission) {
+		t.Errorf("at the end of the budget: phase %s, error %q; want Failed naming %q", got.Status.Phase, got.Status.Error, permission)
+	}
+	var forbidden int
+	for len(recorder.Events) > 0 {
+		if e := <-recorder.Events; strings.Contains(e, itemopsv1alpha1.ReasonPluginForbidden) {
+			forbidden++
+			if !strings.Contains(e, permission) {
+				t.Errorf("the Event does not name the permission: %s", e)
+			}
+		}
+	}
+	if forbidden != 1 {
+		t.Errorf("%d PluginForbidden Events, want 1", forbidden)
 	}
 }

@@ -238,7 +238,7 @@ func (r *parentReconciler[T]) SetupWithManager(mgr ctrl.Manager) error {
 		For(r.kind.newObject()).
 		Watches(&itemopsv1alpha1.ItemOperation{}, handler.EnqueueRequestsFromMapFunc(parentRequestForOperation(r.kind.kind))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
-		Complete(r)
+		Complete(quietConflicts{r})
 }
 
 // Reconcile implements reconcile.Reconciler.

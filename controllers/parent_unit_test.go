@@ -18,13 +18,16 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -288,5 +291,25 @@ func TestHugeOperationsFileIsIngestedWhole(t *testing.T) {
 		if strings.Contains(e, reasonMissing) || strings.Contains(e, reasonInvalidRecord) {
 			t.Errorf("unexpected event: %s", e)
 		}
+	}
+}
+
+// conflicting is a reconciler that always loses an optimistic-lock race.
+type conflicting struct{ err error }
+
+func (c conflicting) Reconcile(context.Context, ctrl.Request) (ctrl.Result, error) {
+	return ctrl.Result{}, c.err
+}
+
+func TestConflictsAreRequeuedQuietlyAndOtherErrorsReturned(t *testing.T) {
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "velero.io", Resource: "backups"}, "b",
+		errors.New("the object has been modified; please apply your changes to the latest version and try again"))
+	res, err := quietConflicts{conflicting{fmt.Errorf("patching backup b: %w", conflict)}}.Reconcile(context.Background(), ctrl.Request{})
+	if err != nil || res.RequeueAfter != conflictRetry {
+		t.Errorf("a conflict: result %+v, error %v; want a requeue after %s and no error", res, err, conflictRetry)
+	}
+	other := errors.New("connection refused")
+	if _, err := (quietConflicts{conflicting{other}}).Reconcile(context.Background(), ctrl.Request{}); !errors.Is(err, other) {
+		t.Errorf("another error: got %v, want it returned", err)
 	}
 }

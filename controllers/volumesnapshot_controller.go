@@ -103,7 +103,7 @@ func (r *VolumeSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("volumesnapshot").
 		For(&velerov1api.Backup{}).
 		Watches(&itemopsv1alpha1.ItemOperation{}, handler.EnqueueRequestsFromMapFunc(parentRequestForOperation(itemopsv1alpha1.ParentKindBackup))).
-		Complete(r)
+		Complete(quietConflicts{r})
 }
 
 // snapshotsWritten reports whether Velero has uploaded a backup's volume

@@ -128,6 +128,10 @@ const (
 	ReasonPollFailing = "PollFailing"
 	// ReasonPluginNotFound: no discovered plugin binary serves the plugin name.
 	ReasonPluginNotFound = "PluginNotFound"
+	// ReasonPluginForbidden: the plugin's own request to the API server was
+	// refused; plugin processes run with itemops' identity, which lacks the
+	// permission the message names. Retried within the failure budget.
+	ReasonPluginForbidden = "PluginForbidden"
 	// ReasonSnapshotLocationUnavailable: the VolumeSnapshotLocation a
 	// VolumeSnapshotter is initialised with cannot be read.
 	ReasonSnapshotLocationUnavailable = "SnapshotLocationUnavailable"

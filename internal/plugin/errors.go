@@ -19,6 +19,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -108,4 +109,44 @@ func classify(call, plugin, operationID string, err error) error {
 		}
 	}
 	return &Error{Kind: kind, Plugin: plugin, Call: call, Err: err}
+}
+
+// Denial is a request of a plugin that the API server refused: the plugin
+// process runs with itemops' identity, which lacks the permission.
+type Denial struct {
+	// User is the identity the API server saw.
+	User string
+	// Verb, Resource and Group name the permission; Namespace is empty at
+	// the cluster scope.
+	Verb, Resource, Group, Namespace string
+}
+
+// Permission names what is missing, for example
+// "list datauploads.velero.io in namespace velero".
+func (d Denial) Permission() string {
+	resource := d.Resource
+	if d.Group != "" {
+		resource += "." + d.Group
+	}
+	if d.Namespace == "" {
+		return d.Verb + " " + resource + " at the cluster scope"
+	}
+	return d.Verb + " " + resource + " in namespace " + d.Namespace
+}
+
+// forbiddenMessage is how the API server's authorizer words a refusal
+// (k8s.io/apiserver's forbidden message), which reaches itemops only as text
+// inside the plugin's error.
+var forbiddenMessage = regexp.MustCompile(`User "([^"]*)" cannot (\S+) resource "([^"]+)" in API group "([^"]*)"(?: in the namespace "([^"]*)")?`)
+
+// Forbidden finds a refusal of the API server in what a plugin returned.
+func Forbidden(err error) (Denial, bool) {
+	if err == nil {
+		return Denial{}, false
+	}
+	m := forbiddenMessage.FindStringSubmatch(err.Error())
+	if m == nil {
+		return Denial{}, false
+	}
+	return Denial{User: m[1], Verb: m[2], Resource: m[3], Group: m[4], Namespace: m[5]}, true
 }

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -64,5 +65,49 @@ func TestRestartBackoff(t *testing.T) {
 		if got := restartBackoff(failures); got != want {
 			t.Errorf("restartBackoff(%d) = %s, want %s", failures, got, want)
 		}
+	}
+}
+
+func TestForbiddenFindsTheMissingPermission(t *testing.T) {
+	for _, tc := range []struct {
+		name, message string
+		want          *Denial
+		permission    string
+	}{
+		{
+			name: "Velero's data mover listing DataUploads",
+			message: `error to list DataUpload: datauploads.velero.io is forbidden: User "system:serviceaccount:velero:itemops" ` +
+				`cannot list resource "datauploads" in API group "velero.io" in the namespace "velero"`,
+			want:       &Denial{User: "system:serviceaccount:velero:itemops", Verb: "list", Resource: "datauploads", Group: "velero.io", Namespace: "velero"},
+			permission: "list datauploads.velero.io in namespace velero",
+		},
+		{
+			name: "a cluster-scoped read",
+			message: `volumesnapshotcontents.snapshot.storage.k8s.io "snapcontent-1" is forbidden: User "itemops" ` +
+				`cannot get resource "volumesnapshotcontents" in API group "snapshot.storage.k8s.io" at the cluster scope`,
+			want:       &Denial{User: "itemops", Verb: "get", Resource: "volumesnapshotcontents", Group: "snapshot.storage.k8s.io"},
+			permission: "get volumesnapshotcontents.snapshot.storage.k8s.io at the cluster scope",
+		},
+		{
+			name:       "the core group",
+			message:    `secrets "cloud" is forbidden: User "u" cannot get resource "secrets" in API group "" in the namespace "apps"`,
+			want:       &Denial{User: "u", Verb: "get", Resource: "secrets", Namespace: "apps"},
+			permission: "get secrets in namespace apps",
+		},
+		{name: "any other error", message: `not found DataUpload for operationID du-1`},
+		{name: "forbidden words without the API server's shape", message: `upload is forbidden by policy`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			err := &Error{Kind: ErrPluginError, Plugin: "velero.io/csi-pvc-backupper", Call: "Progress", Err: errors.New(tc.message)}
+			got, ok := Forbidden(err)
+			if tc.want == nil {
+				g.Expect(ok).To(BeFalse())
+				return
+			}
+			g.Expect(ok).To(BeTrue())
+			g.Expect(got).To(Equal(*tc.want))
+			g.Expect(got.Permission()).To(Equal(tc.permission))
+		})
 	}
 }

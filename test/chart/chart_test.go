@@ -282,9 +282,18 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 			}
 			for name, rs := range clusterRoles {
 				for _, r := range rs {
+					if name == "itemops-plugins" {
+						g.Expect(r.Verbs).To(Equal([]string{"get"}), "plugins only read outside Velero's namespace")
+						continue
+					}
 					g.Expect(r.APIGroups).To(Equal([]string{"itemops.io"}), "a ClusterRole grants only ItemOperations: %s", name)
 				}
 			}
+			// What Velero's built-in plugins do when itemops calls them.
+			g.Expect(verbsOn(roles["itemops-plugins"], "velero.io", "datauploads")).To(ConsistOf("list", "patch"))
+			g.Expect(verbsOn(roles["itemops-plugins"], "velero.io", "datadownloads")).To(ConsistOf("list", "patch"))
+			g.Expect(verbsOn(clusterRoles["itemops-plugins"], "snapshot.storage.k8s.io", "volumesnapshots")).To(ConsistOf("get"))
+			g.Expect(verbsOn(clusterRoles["itemops-plugins"], "snapshot.storage.k8s.io", "volumesnapshotcontents")).To(ConsistOf("get"))
 			manager := roles["itemops-manager"]
 			g.Expect(verbsOn(manager, "", "secrets")).To(Equal([]string{"get"}))
 			g.Expect(verbsOn(manager, "velero.io", "backupstoragelocations")).To(ConsistOf("get", "list", "watch"))
@@ -325,4 +334,55 @@ func TestKustomizeAlertsAreTheChartsAlerts(t *testing.T) {
 	rules := find(render(t, "--set", "metrics.prometheusRule.enabled=true"), "PrometheusRule")
 	g.Expect(rules).To(HaveLen(1))
 	g.Expect(kustomize["spec"]).To(Equal(rules[0].Object["spec"]))
+}
+
+// TestVelerosBuiltinPluginsComeWithAPlainInstall: by default the velero
+// binary is copied into the plugin directory from Velero's image (which has
+// no cp, so with itemops' cp-plugin) and its plugins' permissions granted;
+// both go away together, and third-party plugins' rules and the velero
+// server's arguments have their own values.
+func TestVelerosBuiltinPluginsComeWithAPlainInstall(t *testing.T) {
+	g := NewWithT(t)
+	initContainers := func(objects []*unstructured.Unstructured) map[string]corev1.Container {
+		deployments := find(objects, "Deployment")
+		g.Expect(deployments).To(HaveLen(1))
+		d := &appsv1.Deployment{}
+		g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(deployments[0].Object, d)).To(Succeed())
+		out := map[string]corev1.Container{}
+		for _, c := range d.Spec.Template.Spec.InitContainers {
+			out[c.Name] = c
+		}
+		out["manager"] = d.Spec.Template.Spec.Containers[0]
+		return out
+	}
+
+	plain := render(t)
+	containers := initContainers(plain)
+	g.Expect(containers).To(HaveKey("velero-builtin-plugins"))
+	velero := containers["velero-builtin-plugins"]
+	g.Expect(velero.Image).To(Equal("velero/velero:v1.18.3"))
+	g.Expect(velero.Command).To(Equal([]string{"/tools/cp-plugin", "/velero", "/target/velero"}))
+	g.Expect(velero.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "plugins", MountPath: "/target"}))
+	g.Expect(containers["cp-plugin"].Image).To(Equal(containers["manager"].Image), "cp-plugin comes from itemops' own image")
+	g.Expect(rules(g, plain, "Role")).To(HaveKey("itemops-plugins"))
+	g.Expect(rules(g, plain, "ClusterRole")).To(HaveKey("itemops-plugins"))
+	g.Expect(containers["manager"].Args).NotTo(ContainElement(HavePrefix("--plugin-args")))
+
+	off := render(t, "--set", "builtinPlugins.enabled=false")
+	g.Expect(initContainers(off)).To(HaveLen(1), "only the manager")
+	g.Expect(rules(g, off, "Role")).NotTo(HaveKey("itemops-plugins"))
+	g.Expect(rules(g, off, "ClusterRole")).NotTo(HaveKey("itemops-plugins"))
+
+	custom := render(t, "--set", "builtinPlugins.enabled=false", "--set", "builtinPlugins.image.tag=v1.17.1",
+		"--set", "pluginArgs={--features=EnableCSI,--client-qps=100}",
+		"--set", "rbac.pluginRules[0].apiGroups[0]=example.io", "--set", "rbac.pluginRules[0].resources[0]=copyjobs",
+		"--set", "rbac.pluginRules[0].verbs[0]=get", "--set", "rbac.pluginClusterRules[0].apiGroups[0]=example.io",
+		"--set", "rbac.pluginClusterRules[0].resources[0]=regions", "--set", "rbac.pluginClusterRules[0].verbs[0]=list")
+	g.Expect(verbsOn(rules(g, custom, "Role")["itemops-plugins"], "example.io", "copyjobs")).To(Equal([]string{"get"}))
+	g.Expect(verbsOn(rules(g, custom, "Role")["itemops-plugins"], "velero.io", "datauploads")).To(BeEmpty())
+	g.Expect(verbsOn(rules(g, custom, "ClusterRole")["itemops-plugins"], "example.io", "regions")).To(Equal([]string{"list"}))
+	g.Expect(initContainers(custom)["manager"].Args).To(ContainElements("--plugin-args=--features=EnableCSI", "--plugin-args=--client-qps=100"))
+
+	withTag := initContainers(render(t, "--set", "builtinPlugins.image.tag=v1.17.1"))
+	g.Expect(withTag["velero-builtin-plugins"].Image).To(Equal("velero/velero:v1.17.1"))
 }

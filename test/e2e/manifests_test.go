@@ -102,8 +102,9 @@ func TestManifestsApplyToAnAPIServer(t *testing.T) {
 				g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 1))
 				g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
 				g.Expect(kinds).To(HaveKeyWithValue("ServiceAccount", 1))
-				g.Expect(kinds).To(HaveKeyWithValue("Role", 2))
-				g.Expect(kinds).To(HaveKeyWithValue("RoleBinding", 2))
+				g.Expect(kinds).To(HaveKeyWithValue("Role", 3))
+				g.Expect(kinds).To(HaveKeyWithValue("RoleBinding", 3))
+				g.Expect(kinds).To(HaveKeyWithValue("ClusterRoleBinding", 1), "Velero's built-in plugins read VolumeSnapshots")
 			} else {
 				g.Expect(kinds).To(HaveKeyWithValue("ItemOperation", 1))
 			}
@@ -134,7 +135,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 						g.Expect(field).NotTo(ContainElement("*"), "wildcard in %s %s: %+v", obj.GetKind(), obj.GetName(), r)
 					}
 					g.Expect(r.NonResourceURLs).To(BeEmpty())
-					if obj.GetKind() == "ClusterRole" {
+					if obj.GetKind() == "ClusterRole" && obj.GetName() == "itemops-velero-plugins" {
+						g.Expect(r.Verbs).To(Equal([]string{"get"}), "plugins only read outside Velero's namespace")
+					} else if obj.GetKind() == "ClusterRole" {
 						g.Expect(r.APIGroups).To(Equal([]string{"itemops.io"}), "a ClusterRole grants only ItemOperations")
 					}
 					if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "secrets") {
