@@ -34,12 +34,17 @@ import (
 	"runtime"
 	"strings"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -251,4 +256,27 @@ func PrometheusOperatorCRDs() ([]string, error) {
 		filepath.Join(crds, "monitoring.coreos.com_servicemonitors.yaml"),
 		filepath.Join(crds, "monitoring.coreos.com_prometheusrules.yaml"),
 	}, nil
+}
+
+// ServiceAccountKubeconfig returns a kubeconfig that authenticates as the
+// ServiceAccount namespace/name with a token the API server issued for it,
+// as a pod of that ServiceAccount does: whatever it may do comes from RBAC
+// alone. The ServiceAccount must exist.
+func (e *Environment) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) ([]byte, error) {
+	clientset, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		return nil, err
+	}
+	request := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(24 * 3600))}}
+	token, err := clientset.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, request, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("issuing a token for ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	user := "system:serviceaccount:" + namespace + ":" + name
+	config := clientcmdapi.NewConfig()
+	config.Clusters["envtest"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: e.Config.CAData}
+	config.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token.Status.Token}
+	config.Contexts[user] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: user, Namespace: namespace}
+	config.CurrentContext = user
+	return clientcmd.Write(*config)
 }

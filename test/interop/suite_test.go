@@ -22,20 +22,16 @@ limitations under the License.
 package interop
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/proc"
 	"github.com/itemops/itemops/test/s3"
 	"github.com/itemops/itemops/test/veleroenv"
 )
@@ -113,83 +109,18 @@ func setUp(work string) (stop func(), err error) {
 	return stop, nil
 }
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// process is a program the suite started and stops.
-type process struct {
-	name   string
-	cmd    *exec.Cmd
-	output *syncBuffer
-}
-
-func start(t *testing.T, name string, cmd *exec.Cmd) *process {
-	t.Helper()
-	p := &process{name: name, output: &syncBuffer{}, cmd: cmd}
-	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		p.stop(syscall.SIGTERM)
-		if t.Failed() {
-			t.Logf("--- output of %s ---\n%s", p.name, tail(p.output.String(), 200))
-		}
-	})
-	return p
-}
-
-func (p *process) stop(sig syscall.Signal) {
-	if p.cmd.ProcessState != nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(sig)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
-}
-
-func tail(s string, lines int) string {
-	all := strings.Split(s, "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
-}
-
 // startVelero runs the real Velero server against the suite's API server.
-func startVelero(t *testing.T, extra ...string) *process {
+func startVelero(t *testing.T, extra ...string) *proc.Process {
 	t.Helper()
 	cmd, err := velero.ServerCommand(extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return start(t, "velero server", cmd)
+	return proc.Start(t, "velero server", cmd)
 }
 
 // startItemops runs the itemops binary in mode.
-func startItemops(t *testing.T, mode string, extra ...string) *process {
+func startItemops(t *testing.T, mode string, extra ...string) *proc.Process {
 	t.Helper()
 	probes, err := s3.FreeAddress()
 	if err != nil {
@@ -199,7 +130,7 @@ func startItemops(t *testing.T, mode string, extra ...string) *process {
 		"--plugin-dir=" + pluginDir, "--sync-frequency=500ms", "--progress-update-interval=1s",
 		"--credentials-dir=" + filepath.Join(t.TempDir(), "credentials"),
 		"--metrics-bind-address=0", "--health-probe-bind-address=" + probes}, extra...)
-	return start(t, "itemops", exec.Command(itemopsBinary, args...))
+	return proc.Start(t, "itemops", exec.Command(itemopsBinary, args...))
 }
 
 // waitForLocation waits until Velero finds the bucket usable.

@@ -44,6 +44,7 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/proc"
 	"github.com/itemops/itemops/test/veleroenv"
 )
 
@@ -277,8 +278,8 @@ func TestObserveModeMirrorsWhileVeleroCompletesTheBackup(t *testing.T) {
 	for _, mf := range backupNow(g, b).ManagedFields {
 		g.Expect(mf.Manager).NotTo(HavePrefix("itemops"))
 	}
-	g.Expect(itemops.output.String()).NotTo(ContainSubstring("wrote the operations file"))
-	g.Expect(itemops.output.String()).To(ContainSubstring("ingested operations"))
+	g.Expect(itemops.Output.String()).NotTo(ContainSubstring("wrote the operations file"))
+	g.Expect(itemops.Output.String()).To(ContainSubstring("ingested operations"))
 }
 
 // TestRestartedItemopsStillCompletesTheBackup is scenario 5.
@@ -317,7 +318,7 @@ func TestRestartedItemopsStillCompletesTheBackup(t *testing.T) {
 		}
 		return phases
 	}, 30*time.Second, 100*time.Millisecond).Should(And(HaveLen(3), HaveEach(itemopsv1alpha1.OperationPhaseInProgress)))
-	first.stop(syscall.SIGKILL)
+	first.Stop(syscall.SIGKILL)
 	startItemops(t, "manage")
 
 	g.Eventually(backupPhase(b), 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhaseCompleted))
@@ -434,7 +435,7 @@ func TestDemoBacksUpWithTheRealVelero(t *testing.T) {
 	demo := exec.CommandContext(ctx, "go", "run", "./hack/demo", "--exit-when-done")
 	demo.Dir = env.RepoRoot
 	out, err := demo.CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), tail(string(out), 60))
+	g.Expect(err).NotTo(HaveOccurred(), proc.Tail(string(out), 60))
 	g.Expect(string(out)).To(ContainSubstring("starting velero server v1.18.3"))
 	g.Expect(string(out)).To(MatchRegexp(`shop/search-index\s+Failed\s+2.4Gi/4Gi`))
 	g.Expect(string(out)).To(ContainSubstring("Backup nightly-demo reached PartiallyFailed."))
@@ -560,5 +561,5 @@ func TestNativeSnapshotsVeleroTakesAreFollowedUntilDurable(t *testing.T) {
 		return reasons
 	}, 10*time.Second, 200*time.Millisecond).Should(ContainElement("VolumeSnapshotsDurable"))
 	g.Expect(backupNow(g, b).Status.Phase).To(Equal(velerov1api.BackupPhaseCompleted))
-	g.Expect(itemops.output.String()).To(ContainSubstring("ingested volume snapshots"))
+	g.Expect(itemops.Output.String()).To(ContainSubstring("ingested volume snapshots"))
 }

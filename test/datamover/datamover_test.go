@@ -1,0 +1,270 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package datamover
+
+import (
+	"bufio"
+	"context"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	velerov2alpha1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/csisim"
+	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/proc"
+	"github.com/itemops/itemops/test/s3"
+	"github.com/itemops/itemops/test/veleroenv"
+)
+
+// The names of Velero's CSI data mover plugins.
+const (
+	backupper = "velero.io/csi-pvc-backupper"
+	restorer  = "velero.io/csi-pvc-restorer"
+)
+
+// storageClasses creates the StorageClass of the suite's volumes and the
+// VolumeSnapshotClass Velero picks for its driver.
+func storageClasses(ctx context.Context) error {
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "csi-sim"}, Provisioner: Driver}
+	if err := c.Create(ctx, sc); err != nil {
+		return err
+	}
+	return c.Create(ctx, &snapshotv1.VolumeSnapshotClass{
+		ObjectMeta:     metav1.ObjectMeta{Name: "csi-sim-snapshots", Labels: map[string]string{"velero.io/csi-volumesnapshot-class": "true"}},
+		Driver:         Driver,
+		DeletionPolicy: snapshotv1.VolumeSnapshotContentDelete,
+	})
+}
+
+// volume is one PVC of an application namespace.
+type volume struct {
+	size        string
+	annotations map[string]string
+}
+
+// appNamespace creates a namespace with one bound CSI PVC per volume, each
+// on its own PersistentVolume, as a provisioner leaves them.
+func appNamespace(t *testing.T, name string, volumes ...volume) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	for i, v := range volumes {
+		size := resource.MustParse(v.size)
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("data-%d", i), Namespace: name, Annotations: v.annotations},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+				StorageClassName: ptr.To("csi-sim"),
+				VolumeName:       fmt.Sprintf("%s-pv-%d", name, i),
+			},
+		}
+		g.Expect(c.Create(ctx, pvc)).To(Succeed())
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: pvc.Spec.VolumeName},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+				StorageClassName:              "csi-sim",
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: Driver, VolumeHandle: "vol-" + pvc.Spec.VolumeName}},
+				ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: name, Name: pvc.Name, UID: pvc.UID},
+			},
+		}
+		g.Expect(c.Create(ctx, pv)).To(Succeed())
+		pvPatch := client.MergeFrom(pv.DeepCopy())
+		pv.Status.Phase = corev1.VolumeBound
+		g.Expect(c.Status().Patch(ctx, pv, pvPatch)).To(Succeed())
+		pvcPatch := client.MergeFrom(pvc.DeepCopy())
+		pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, Capacity: pv.Spec.Capacity, AccessModes: pvc.Spec.AccessModes}
+		g.Expect(c.Status().Patch(ctx, pvc, pvcPatch)).To(Succeed())
+	}
+}
+
+// rated is a volume of size moved at rate (bytes per second, as a quantity).
+func rated(size, rate string) volume {
+	return volume{size: size, annotations: map[string]string{csisim.AnnotationRate: rate}}
+}
+
+// startVelero runs the real Velero server with CSI on.
+func startVelero(t *testing.T, extra ...string) *proc.Process {
+	t.Helper()
+	cmd, err := velero.ServerCommand(append([]string{"--features=EnableCSI"}, extra...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := proc.Start(t, "velero server", cmd)
+	if err := veleroenv.WaitForLocation(context.Background(), env.Client); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// itemops is a running itemops and its metrics address.
+type itemops struct {
+	*proc.Process
+	metrics string
+}
+
+// startItemops runs itemops in mode as the chart's ServiceAccount for it.
+func startItemops(t *testing.T, mode string, extra ...string) *itemops {
+	t.Helper()
+	probes, err := s3.FreeAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := s3.FreeAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--kubeconfig=" + kubeconfigs[mode], "--mode=" + mode, "--velero-namespace=" + envtest.VeleroNamespace,
+		"--plugin-dir=" + pluginDir, "--sync-frequency=500ms", "--progress-update-interval=1s",
+		"--credentials-dir=" + filepath.Join(t.TempDir(), "credentials"), "--plugin-args=--features=EnableCSI",
+		"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + probes}, extra...)
+	return &itemops{Process: proc.Start(t, "itemops", exec.Command(itemopsBinary, args...)), metrics: metrics}
+}
+
+// cancelCalls sums itemops_cancel_calls_total of a plugin.
+func (i *itemops) cancelCalls(g Gomega, plugin string) int {
+	resp, err := http.Get("http://" + i.metrics + "/metrics")
+	g.Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	total := 0
+	s := bufio.NewScanner(resp.Body)
+	for s.Scan() {
+		line := s.Text()
+		if strings.HasPrefix(line, "itemops_cancel_calls_total{") && strings.Contains(line, `plugin="`+plugin+`"`) {
+			n, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+			g.Expect(err).NotTo(HaveOccurred())
+			total += int(n)
+		}
+	}
+	return total
+}
+
+func backup(t *testing.T, name, namespace string) *velerov1api.Backup {
+	t.Helper()
+	b := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: envtest.VeleroNamespace},
+		Spec: velerov1api.BackupSpec{IncludedNamespaces: []string{namespace}, StorageLocation: veleroenv.Location,
+			SnapshotMoveData: ptr.To(true), ItemOperationTimeout: metav1.Duration{Duration: time.Hour}},
+	}
+	NewWithT(t).Expect(c.Create(context.Background(), b)).To(Succeed())
+	return b
+}
+
+func backupNow(g Gomega, b *velerov1api.Backup) *velerov1api.Backup {
+	got := &velerov1api.Backup{}
+	g.Expect(c.Get(context.Background(), client.ObjectKeyFromObject(b), got)).To(Succeed())
+	return got
+}
+
+func backupPhase(b *velerov1api.Backup) func(g Gomega) velerov1api.BackupPhase {
+	return func(g Gomega) velerov1api.BackupPhase { return backupNow(g, b).Status.Phase }
+}
+
+// operationsOf lists the ItemOperations of a parent, by the name of the PVC each moves.
+func operationsOf(g Gomega, uid k8stypes.UID) map[string]itemopsv1alpha1.ItemOperation {
+	list := &itemopsv1alpha1.ItemOperationList{}
+	g.Expect(c.List(context.Background(), list, client.InNamespace(envtest.VeleroNamespace),
+		client.MatchingLabels{itemopsv1alpha1.LabelParentUID: string(uid)})).To(Succeed())
+	out := map[string]itemopsv1alpha1.ItemOperation{}
+	for _, op := range list.Items {
+		out[op.Spec.Resource.Name] = op
+	}
+	return out
+}
+
+// phases maps each PVC's operation to its phase.
+func phases(ops map[string]itemopsv1alpha1.ItemOperation) map[string]itemopsv1alpha1.OperationPhase {
+	out := map[string]itemopsv1alpha1.OperationPhase{}
+	for pvc, op := range ops {
+		out[pvc] = op.Status.Phase
+	}
+	return out
+}
+
+// dataUploads lists a Backup's DataUploads by source PVC.
+func dataUploads(g Gomega, b *velerov1api.Backup) map[string]velerov2alpha1.DataUpload {
+	list := &velerov2alpha1.DataUploadList{}
+	g.Expect(c.List(context.Background(), list, client.InNamespace(envtest.VeleroNamespace),
+		client.MatchingLabels{velerov1api.BackupNameLabel: b.Name})).To(Succeed())
+	out := map[string]velerov2alpha1.DataUpload{}
+	for _, du := range list.Items {
+		out[du.Spec.SourcePVC] = du
+	}
+	return out
+}
+
+// operationsFile reads a backup's operations file straight from the bucket's directory.
+func operationsFile(g Gomega, backup string) []itemoperation.BackupOperation {
+	f, err := os.Open(filepath.Join(velero.BucketDir, "backups", backup, backup+"-itemoperations.json.gz"))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	g.Expect(err).NotTo(HaveOccurred())
+	var ops []itemoperation.BackupOperation
+	g.Expect(json.NewDecoder(gz).Decode(&ops)).To(Succeed())
+	return ops
+}
+
+// eventsOf returns the reasons and messages of the Events about an object.
+func eventsOf(g Gomega, uid k8stypes.UID) []corev1.Event {
+	list := &corev1.EventList{}
+	g.Expect(c.List(context.Background(), list, client.InNamespace(envtest.VeleroNamespace))).To(Succeed())
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.InvolvedObject.UID == uid {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// describe runs `velero backup describe --details`.
+func describe(g Gomega, name string) string {
+	out, err := exec.Command(velero.Velero, "backup", "describe", name, "--details",
+		"--kubeconfig", velero.Kubeconfig, "--namespace", envtest.VeleroNamespace).CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	return string(out)
+}
+
+func typesUID(s string) k8stypes.UID { return k8stypes.UID(s) }

@@ -1,0 +1,234 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package datamover runs itemops on the operations Velero users run most:
+// those of Velero's own CSI data mover (velero.io/csi-pvc-backupper and
+// velero.io/csi-pvc-restorer, served by the velero binary in itemops' plugin
+// directory), beside the real velero server v1.18.3, versitygw and
+// velero-plugin-for-aws. itemops runs as the ServiceAccount, Roles and
+// ClusterRoles the helm chart renders, with a token, so that a permission
+// the chart does not grant fails the suite. The CSI snapshot controller and
+// node-agent are played by package csisim.
+package datamover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	velerov2alpha1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/csisim"
+	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/veleroenv"
+)
+
+// Driver is the CSI driver of the suite's volumes.
+const Driver = "csi.itemops.test"
+
+var (
+	env *envtest.Environment
+	// c is an administrator's client that knows the snapshot and data mover kinds.
+	c client.Client
+	// velero is Velero's world beside the API server.
+	velero *veleroenv.Env
+	// itemopsBinary is the program under test.
+	itemopsBinary string
+	// pluginDir is itemops' own plugin directory: velero-plugin-for-aws
+	// and the velero binary, which Velero's must never hold.
+	pluginDir string
+	// kubeconfigs of the chart's ServiceAccounts, by mode.
+	kubeconfigs = map[string]string{}
+	// cluster plays the CSI snapshot controller and node-agent.
+	cluster *csisim.Cluster
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	work, err := os.MkdirTemp("", "itemops-datamover-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(work) }()
+	stop, err := setUp(work)
+	defer stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "setting up Velero, the CSI stand-ins and the API server:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// setUp starts everything the cases share; stop undoes what was started.
+func setUp(work string) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	root, err := envtest.RepoRoot()
+	if err != nil {
+		return stop, err
+	}
+	snapshotCRDs, err := snapshotterCRDs(root)
+	if err != nil {
+		return stop, err
+	}
+	env, err = envtest.StartWith(envtest.Options{ExtraCRDPaths: snapshotCRDs})
+	if err != nil {
+		return stop, err
+	}
+	stops = append(stops, func() { _ = env.Stop() })
+	scheme := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(velerov1api.AddToScheme(scheme))
+	utilruntime.Must(velerov2alpha1.AddToScheme(scheme))
+	utilruntime.Must(snapshotv1.AddToScheme(scheme))
+	utilruntime.Must(itemopsv1alpha1.AddToScheme(scheme))
+	if c, err = client.New(env.Config, client.Options{Scheme: scheme}); err != nil {
+		return stop, err
+	}
+
+	itemopsBinary = filepath.Join(work, "itemops")
+	build := exec.Command("go", "build", "-o", itemopsBinary, ".")
+	build.Dir = root
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return stop, err
+	}
+	v, stopVelero, err := veleroenv.Setup(env, work, filepath.Join(work, "velero-plugins"), false)
+	stops = append(stops, stopVelero)
+	if err != nil {
+		return stop, err
+	}
+	velero = v
+	pluginDir = filepath.Join(work, "itemops-plugins")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		return stop, err
+	}
+	aws, err := os.Readlink(filepath.Join(velero.PluginDir, "velero-plugin-for-aws"))
+	if err != nil {
+		return stop, err
+	}
+	for name, target := range map[string]string{"velero": velero.Velero, "velero-plugin-for-aws": aws} {
+		if err := os.Symlink(target, filepath.Join(pluginDir, name)); err != nil {
+			return stop, err
+		}
+	}
+
+	ctx := context.Background()
+	for release, mode := range map[string]string{"itemops": "manage", "itemops-observe": "observe"} {
+		config, err := chartIdentity(ctx, root, release, mode)
+		if err != nil {
+			return stop, err
+		}
+		kubeconfigs[mode] = filepath.Join(work, release+".kubeconfig")
+		if err := os.WriteFile(kubeconfigs[mode], config, 0o600); err != nil {
+			return stop, err
+		}
+	}
+	if err := storageClasses(ctx); err != nil {
+		return stop, err
+	}
+	cluster = &csisim.Cluster{Client: c, Namespace: envtest.VeleroNamespace, Driver: Driver, Rate: 1 << 30}
+	if err := cluster.Start(ctx); err != nil {
+		return stop, err
+	}
+	stops = append(stops, cluster.Stop)
+	return stop, nil
+}
+
+// snapshotterCRDs are the VolumeSnapshot, VolumeSnapshotContent and
+// VolumeSnapshotClass CRDs of the external-snapshotter module Velero is built with.
+func snapshotterCRDs(root string) ([]string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/kubernetes-csi/external-snapshotter/client/v8")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("locating the external-snapshotter module: %w", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "config", "crd")
+	var files []string
+	for _, kind := range []string{"volumesnapshotclasses", "volumesnapshotcontents", "volumesnapshots"} {
+		files = append(files, filepath.Join(dir, "snapshot.storage.k8s.io_"+kind+".yaml"))
+	}
+	return files, nil
+}
+
+// chartIdentity applies the ServiceAccount, Roles, ClusterRoles and their
+// bindings that `helm install <release> charts/itemops --set mode=<mode>`
+// creates, and returns a kubeconfig with a token of that ServiceAccount.
+func chartIdentity(ctx context.Context, root, release, mode string) ([]byte, error) {
+	helm := exec.Command(filepath.Join(root, "hack", "cached-binary.sh"), "helm")
+	helm.Stderr = os.Stderr
+	path, err := helm.Output()
+	if err != nil {
+		return nil, fmt.Errorf("building helm: %w", err)
+	}
+	render := exec.Command(strings.TrimSpace(string(path)), "template", release, filepath.Join(root, "charts", "itemops"),
+		"--namespace", envtest.VeleroNamespace, "--set", "mode="+mode)
+	render.Stderr = os.Stderr
+	out, err := render.Output()
+	if err != nil {
+		return nil, fmt.Errorf("helm template: %w", err)
+	}
+	decoder := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(out)), 4096)
+	serviceAccount := ""
+	for {
+		u := &unstructured.Unstructured{}
+		if err := decoder.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, err
+		}
+		switch u.GetKind() {
+		case "ServiceAccount":
+			serviceAccount = u.GetName()
+		case "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
+		default:
+			continue
+		}
+		if err := c.Patch(ctx, u, client.Apply, client.FieldOwner("helm"), client.ForceOwnership); err != nil {
+			return nil, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	if serviceAccount == "" {
+		return nil, fmt.Errorf("the chart rendered no ServiceAccount for %s", release)
+	}
+	return env.ServiceAccountKubeconfig(ctx, envtest.VeleroNamespace, serviceAccount)
+}
