@@ -38,11 +38,15 @@ package csisim
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -367,4 +371,81 @@ func annotation(pvc *corev1.PersistentVolumeClaim, key string) string {
 		return ""
 	}
 	return pvc.Annotations[key]
+}
+
+// CRDs are the VolumeSnapshot, VolumeSnapshotContent and VolumeSnapshotClass
+// CRDs of the external-snapshotter module Velero is built with, for envtest.
+func CRDs(root string) ([]string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/kubernetes-csi/external-snapshotter/client/v8")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("locating the external-snapshotter module: %w", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "config", "crd")
+	var files []string
+	for _, kind := range []string{"volumesnapshotclasses", "volumesnapshotcontents", "volumesnapshots"} {
+		files = append(files, filepath.Join(dir, "snapshot.storage.k8s.io_"+kind+".yaml"))
+	}
+	return files, nil
+}
+
+// StorageClass is the name of the StorageClass of the Cluster's volumes.
+const StorageClass = "csi-sim"
+
+// StorageClasses creates the StorageClass of the Cluster's driver and the
+// VolumeSnapshotClass Velero picks for it.
+func (c *Cluster) StorageClasses(ctx context.Context) error {
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: StorageClass}, Provisioner: c.Driver}
+	if err := c.Client.Create(ctx, sc); err != nil {
+		return err
+	}
+	return c.Client.Create(ctx, &snapshotv1.VolumeSnapshotClass{
+		ObjectMeta:     metav1.ObjectMeta{Name: StorageClass + "-snapshots", Labels: map[string]string{"velero.io/csi-volumesnapshot-class": "true"}},
+		Driver:         c.Driver,
+		DeletionPolicy: snapshotv1.VolumeSnapshotContentDelete,
+	})
+}
+
+// BoundPVC creates a PVC of size bound to its own CSI volume, as a
+// provisioner leaves it.
+func (c *Cluster) BoundPVC(ctx context.Context, namespace, name, size string, annotations map[string]string) error {
+	capacity, err := resource.ParseQuantity(size)
+	if err != nil {
+		return err
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Annotations: annotations},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: capacity}},
+			StorageClassName: ptr.To(StorageClass),
+			VolumeName:       namespace + "-" + name,
+		},
+	}
+	if err := c.Client.Create(ctx, pvc); err != nil {
+		return err
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: pvc.Spec.VolumeName},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: capacity},
+			AccessModes:                   pvc.Spec.AccessModes,
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+			StorageClassName:              StorageClass,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: c.Driver, VolumeHandle: "vol-" + pvc.Spec.VolumeName}},
+			ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: namespace, Name: name, UID: pvc.UID},
+		},
+	}
+	if err := c.Client.Create(ctx, pv); err != nil {
+		return err
+	}
+	pvPatch := client.MergeFrom(pv.DeepCopy())
+	pv.Status.Phase = corev1.VolumeBound
+	if err := c.Client.Status().Patch(ctx, pv, pvPatch); err != nil {
+		return err
+	}
+	pvcPatch := client.MergeFrom(pvc.DeepCopy())
+	pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, Capacity: pv.Spec.Capacity, AccessModes: pvc.Spec.AccessModes}
+	return c.Client.Status().Patch(ctx, pvc, pvcPatch)
 }

@@ -18,8 +18,8 @@ package datamover
 
 import (
 	"bufio"
-	"context"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -31,11 +31,8 @@ import (
 	"testing"
 	"time"
 
-	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -59,20 +56,6 @@ const (
 	restorer  = "velero.io/csi-pvc-restorer"
 )
 
-// storageClasses creates the StorageClass of the suite's volumes and the
-// VolumeSnapshotClass Velero picks for its driver.
-func storageClasses(ctx context.Context) error {
-	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "csi-sim"}, Provisioner: Driver}
-	if err := c.Create(ctx, sc); err != nil {
-		return err
-	}
-	return c.Create(ctx, &snapshotv1.VolumeSnapshotClass{
-		ObjectMeta:     metav1.ObjectMeta{Name: "csi-sim-snapshots", Labels: map[string]string{"velero.io/csi-volumesnapshot-class": "true"}},
-		Driver:         Driver,
-		DeletionPolicy: snapshotv1.VolumeSnapshotContentDelete,
-	})
-}
-
 // volume is one PVC of an application namespace.
 type volume struct {
 	size        string
@@ -87,35 +70,7 @@ func appNamespace(t *testing.T, name string, volumes ...volume) {
 	ctx := context.Background()
 	g.Expect(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
 	for i, v := range volumes {
-		size := resource.MustParse(v.size)
-		pvc := &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("data-%d", i), Namespace: name, Annotations: v.annotations},
-			Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
-				StorageClassName: ptr.To("csi-sim"),
-				VolumeName:       fmt.Sprintf("%s-pv-%d", name, i),
-			},
-		}
-		g.Expect(c.Create(ctx, pvc)).To(Succeed())
-		pv := &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: pvc.Spec.VolumeName},
-			Spec: corev1.PersistentVolumeSpec{
-				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
-				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-				StorageClassName:              "csi-sim",
-				PersistentVolumeSource:        corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: Driver, VolumeHandle: "vol-" + pvc.Spec.VolumeName}},
-				ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: name, Name: pvc.Name, UID: pvc.UID},
-			},
-		}
-		g.Expect(c.Create(ctx, pv)).To(Succeed())
-		pvPatch := client.MergeFrom(pv.DeepCopy())
-		pv.Status.Phase = corev1.VolumeBound
-		g.Expect(c.Status().Patch(ctx, pv, pvPatch)).To(Succeed())
-		pvcPatch := client.MergeFrom(pvc.DeepCopy())
-		pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, Capacity: pv.Spec.Capacity, AccessModes: pvc.Spec.AccessModes}
-		g.Expect(c.Status().Patch(ctx, pvc, pvcPatch)).To(Succeed())
+		g.Expect(cluster.BoundPVC(ctx, name, fmt.Sprintf("data-%d", i), v.size, v.annotations)).To(Succeed())
 	}
 }
 

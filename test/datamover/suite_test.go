@@ -35,18 +35,11 @@ import (
 	"strings"
 	"testing"
 
-	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
-	velerov2alpha1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
 
-	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/test/csisim"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/veleroenv"
@@ -57,7 +50,7 @@ const Driver = "csi.itemops.test"
 
 var (
 	env *envtest.Environment
-	// c is an administrator's client that knows the snapshot and data mover kinds.
+	// c is an administrator's client.
 	c client.Client
 	// velero is Velero's world beside the API server.
 	velero *veleroenv.Env
@@ -104,7 +97,7 @@ func setUp(work string) (stop func(), err error) {
 	if err != nil {
 		return stop, err
 	}
-	snapshotCRDs, err := snapshotterCRDs(root)
+	snapshotCRDs, err := csisim.CRDs(root)
 	if err != nil {
 		return stop, err
 	}
@@ -113,15 +106,7 @@ func setUp(work string) (stop func(), err error) {
 		return stop, err
 	}
 	stops = append(stops, func() { _ = env.Stop() })
-	scheme := k8sruntime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(velerov1api.AddToScheme(scheme))
-	utilruntime.Must(velerov2alpha1.AddToScheme(scheme))
-	utilruntime.Must(snapshotv1.AddToScheme(scheme))
-	utilruntime.Must(itemopsv1alpha1.AddToScheme(scheme))
-	if c, err = client.New(env.Config, client.Options{Scheme: scheme}); err != nil {
-		return stop, err
-	}
+	c = env.Client
 
 	itemopsBinary = filepath.Join(work, "itemops")
 	build := exec.Command("go", "build", "-o", itemopsBinary, ".")
@@ -161,32 +146,15 @@ func setUp(work string) (stop func(), err error) {
 			return stop, err
 		}
 	}
-	if err := storageClasses(ctx); err != nil {
+	cluster = &csisim.Cluster{Client: c, Namespace: envtest.VeleroNamespace, Driver: Driver, Rate: 1 << 30}
+	if err := cluster.StorageClasses(ctx); err != nil {
 		return stop, err
 	}
-	cluster = &csisim.Cluster{Client: c, Namespace: envtest.VeleroNamespace, Driver: Driver, Rate: 1 << 30}
 	if err := cluster.Start(ctx); err != nil {
 		return stop, err
 	}
 	stops = append(stops, cluster.Stop)
 	return stop, nil
-}
-
-// snapshotterCRDs are the VolumeSnapshot, VolumeSnapshotContent and
-// VolumeSnapshotClass CRDs of the external-snapshotter module Velero is built with.
-func snapshotterCRDs(root string) ([]string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/kubernetes-csi/external-snapshotter/client/v8")
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("locating the external-snapshotter module: %w", err)
-	}
-	dir := filepath.Join(strings.TrimSpace(string(out)), "config", "crd")
-	var files []string
-	for _, kind := range []string{"volumesnapshotclasses", "volumesnapshotcontents", "volumesnapshots"} {
-		files = append(files, filepath.Join(dir, "snapshot.storage.k8s.io_"+kind+".yaml"))
-	}
-	return files, nil
 }
 
 // chartIdentity applies the ServiceAccount, Roles, ClusterRoles and their

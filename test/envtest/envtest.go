@@ -34,6 +34,7 @@ import (
 	"runtime"
 	"strings"
 
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +50,7 @@ import (
 	ctrlenvtest "sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	velerov2alpha1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 )
@@ -60,7 +62,8 @@ const VeleroNamespace = "velero"
 type Environment struct {
 	// Config reaches the API server as an administrator.
 	Config *rest.Config
-	// Client is a direct (uncached) client with the itemops and Velero kinds.
+	// Client is a direct (uncached) client with the itemops and Velero
+	// kinds (DataUploads and DataDownloads too) and the CSI snapshot kinds.
 	Client client.Client
 	// Scheme knows the built-in, Velero and itemops kinds.
 	Scheme *k8sruntime.Scheme
@@ -108,6 +111,8 @@ func StartWith(opts Options) (*Environment, error) {
 	scheme := k8sruntime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(velerov1api.AddToScheme(scheme))
+	utilruntime.Must(velerov2alpha1.AddToScheme(scheme))
+	utilruntime.Must(snapshotv1.AddToScheme(scheme))
 	utilruntime.Must(itemopsv1alpha1.AddToScheme(scheme))
 
 	env := &ctrlenvtest.Environment{
