@@ -39,7 +39,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-
 	"github.com/itemops/itemops/test/csisim"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/veleroenv"
