@@ -21,9 +21,12 @@ limitations under the License.
 // When the real Velero is built (velero server, velero-plugin-for-aws and
 // versitygw in the machine's cache, as `make test` leaves them), it runs
 // them too and backs up a namespace whose items the sample data mover
-// uploads asynchronously (one upload fails): Velero starts the uploads,
-// itemops reads them from the bucket, polls them and writes them back, and
-// Velero's finalizer ends the Backup PartiallyFailed. Otherwise it creates a
+// uploads asynchronously (one upload fails) and whose PVCs Velero's own CSI
+// data mover moves (velero.io/csi-pvc-backupper, served by the velero binary
+// in itemops' plugin directory; the CSI snapshot controller and node-agent
+// are played by package csisim): Velero starts the uploads, itemops reads
+// them from the bucket, polls them and writes them back, and Velero's
+// finalizer ends the Backup PartiallyFailed. Otherwise it creates a
 // Backup as Velero would leave it, with its ItemOperations, and shows it reach
 // FinalizingPartiallyFailed. Either way the progress is shown live and
 // everything keeps running for you to inspect until Ctrl-C.
@@ -45,15 +48,26 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/csisim"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
 	"github.com/itemops/itemops/test/veleroenv"
 )
+
+// volumes are the demo namespace's PVCs, moved by Velero's CSI data mover
+// at the given rate.
+var volumes = []struct {
+	name, size, rate string
+}{
+	{"orders-db", "10Gi", "350Mi"},
+	{"product-images", "24Gi", "800Mi"},
+}
 
 // uploads are the demo backup's operations: name, size, speed, fail-at.
 var uploads = []struct {
@@ -84,8 +98,16 @@ func run(ctx context.Context, exitWhenDone bool) error {
 	}
 	defer func() { _ = os.RemoveAll(work) }()
 
-	say("starting a local kube-apiserver and etcd with Velero's and itemops' CRDs")
-	env, err := envtest.Start()
+	say("starting a local kube-apiserver and etcd with Velero's, itemops' and the CSI snapshot CRDs")
+	root, err := envtest.RepoRoot()
+	if err != nil {
+		return err
+	}
+	snapshotCRDs, err := csisim.CRDs(root)
+	if err != nil {
+		return err
+	}
+	env, err := envtest.StartWith(envtest.Options{ExtraCRDPaths: snapshotCRDs})
 	if err != nil {
 		return err
 	}
@@ -119,6 +141,10 @@ func run(ctx context.Context, exitWhenDone bool) error {
 	velero, stopVelero, err := veleroenv.Setup(env, work, pluginDir, true)
 	defer stopVelero()
 	real := err == nil
+	// itemops' plugin directory is its own: Velero's plugins and the velero
+	// binary, which serves Velero's built-in ones (Velero's own directory
+	// must not hold it).
+	itemopsPluginDir := pluginDir
 	switch {
 	case errors.Is(err, veleroenv.ErrNotBuilt):
 		say(fmt.Sprintf("%v\n    showing a Backup as Velero leaves it instead; `make test` builds the real Velero once (about 5 minutes)", err))
@@ -126,9 +152,26 @@ func run(ctx context.Context, exitWhenDone bool) error {
 		return err
 	default:
 		kubeconfigPath = velero.Kubeconfig
-		say("starting velero server v1.18.3 with versitygw and velero-plugin-for-aws, its operations controllers disabled")
+		if itemopsPluginDir, err = ownPluginDir(work, pluginDir, velero.Velero); err != nil {
+			return err
+		}
+		say("starting the CSI snapshot controller and node-agent stand-ins")
+		cluster := &csisim.Cluster{Client: env.Client, Namespace: envtest.VeleroNamespace, Driver: "csi.demo.itemops.io", Rate: 1 << 30}
+		if err := cluster.StorageClasses(ctx); err != nil {
+			return err
+		}
+		if err := cluster.Start(ctx); err != nil {
+			return err
+		}
+		defer cluster.Stop()
+		if err := createVolumes(ctx, env.Client, cluster); err != nil {
+			return err
+		}
+		say("starting velero server v1.18.3 with CSI, versitygw and velero-plugin-for-aws, its operations controllers disabled")
 		veleroLog := filepath.Join(work, "velero.log")
-		stopServer, err := startLogged(veleroLog, func() (*exec.Cmd, error) { return velero.ServerCommand(veleroenv.ManageFlags...) })
+		stopServer, err := startLogged(veleroLog, func() (*exec.Cmd, error) {
+			return velero.ServerCommand(append([]string{"--features=EnableCSI"}, veleroenv.ManageFlags...)...)
+		})
 		if err != nil {
 			return err
 		}
@@ -142,7 +185,7 @@ func run(ctx context.Context, exitWhenDone bool) error {
 	logPath := filepath.Join(work, "itemops.log")
 	stopManager, err := startLogged(logPath, func() (*exec.Cmd, error) {
 		return exec.Command(binary, "--kubeconfig="+kubeconfigPath, "--mode=manage",
-			"--velero-namespace="+envtest.VeleroNamespace, "--plugin-dir="+pluginDir,
+			"--velero-namespace="+envtest.VeleroNamespace, "--plugin-dir="+itemopsPluginDir, "--plugin-args=--features=EnableCSI",
 			"--credentials-dir="+filepath.Join(work, "credentials"),
 			"--sync-frequency=1s", "--progress-update-interval=2s", "--stall-after=1m",
 			"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:0"), nil
@@ -247,12 +290,42 @@ func goBuild(dir string, args ...string) error {
 	return cmd.Run()
 }
 
-// backUpNamespace creates namespace shop with one ConfigMap per upload, each
-// marked for the sample data mover, and asks Velero to back it up.
-func backUpNamespace(ctx context.Context, c client.Client) (*velerov1api.Backup, error) {
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}); err != nil {
-		return nil, err
+// ownPluginDir makes itemops' plugin directory: links to what Velero's holds,
+// and to the velero binary.
+func ownPluginDir(work, veleroPluginDir, veleroBinary string) (string, error) {
+	dir := filepath.Join(work, "itemops-plugins")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
 	}
+	entries, err := os.ReadDir(veleroPluginDir)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if err := os.Symlink(filepath.Join(veleroPluginDir, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			return "", err
+		}
+	}
+	return dir, os.Symlink(veleroBinary, filepath.Join(dir, "velero"))
+}
+
+// createVolumes creates namespace shop with its bound CSI PVCs.
+func createVolumes(ctx context.Context, c client.Client, cluster *csisim.Cluster) error {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}); err != nil {
+		return err
+	}
+	for _, v := range volumes {
+		if err := cluster.BoundPVC(ctx, "shop", v.name, v.size, map[string]string{csisim.AnnotationRate: v.rate}); err != nil {
+			return fmt.Errorf("creating PVC %s: %w", v.name, err)
+		}
+	}
+	return nil
+}
+
+// backUpNamespace fills namespace shop (its PVCs already made) with one
+// ConfigMap per upload, each marked for the sample data mover, and asks
+// Velero to back it up with its PVCs' data moved.
+func backUpNamespace(ctx context.Context, c client.Client) (*velerov1api.Backup, error) {
 	for _, u := range uploads {
 		annotations := map[string]string{sim.AnnotationSize: u.size, sim.AnnotationSpeed: u.speed}
 		if u.failAt != "" {
@@ -266,7 +339,7 @@ func backUpNamespace(ctx context.Context, c client.Client) (*velerov1api.Backup,
 	backup := &velerov1api.Backup{
 		ObjectMeta: metav1.ObjectMeta{Name: "nightly-demo", Namespace: envtest.VeleroNamespace},
 		Spec: velerov1api.BackupSpec{IncludedNamespaces: []string{"shop"}, StorageLocation: veleroenv.Location,
-			ItemOperationTimeout: metav1.Duration{Duration: time.Hour}},
+			SnapshotMoveData: ptr.To(true), ItemOperationTimeout: metav1.Duration{Duration: time.Hour}},
 	}
 	if err := c.Create(ctx, backup); err != nil {
 		return nil, fmt.Errorf("creating the backup: %w", err)
@@ -340,13 +413,13 @@ func show(ctx context.Context, c client.Client, backup *velerov1api.Backup) (str
 	fmt.Printf("Backup %s: %s (operations: %d attempted, %d completed, %d failed)\n\n", b.Name, b.Status.Phase,
 		b.Status.BackupItemOperationsAttempted, b.Status.BackupItemOperationsCompleted, b.Status.BackupItemOperationsFailed)
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(w, "NAME\tITEM\tPHASE\tPROGRESS\tETA\tERROR")
+	fmt.Fprintln(w, "ITEM\tPLUGIN\tPHASE\tPROGRESS\tETA\tERROR")
 	for _, op := range ops.Items {
 		eta := ""
 		if op.Status.EstimatedCompletion != nil {
 			eta = max(time.Until(op.Status.EstimatedCompletion.Time), 0).Round(time.Second).String()
 		}
-		fmt.Fprintf(w, "%s\t%s/%s\t%s\t%s\t%s\t%s\n", op.Name, op.Spec.Resource.Namespace, op.Spec.Resource.Name,
+		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", op.Spec.Resource.Namespace, op.Spec.Resource.Name, op.Spec.Plugin.Name,
 			op.Status.Phase, op.Status.Progress, eta, op.Status.Error)
 	}
 	_ = w.Flush()

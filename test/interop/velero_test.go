@@ -437,7 +437,10 @@ func TestDemoBacksUpWithTheRealVelero(t *testing.T) {
 	out, err := demo.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), proc.Tail(string(out), 60))
 	g.Expect(string(out)).To(ContainSubstring("starting velero server v1.18.3"))
-	g.Expect(string(out)).To(MatchRegexp(`shop/search-index\s+Failed\s+2.4Gi/4Gi`))
+	g.Expect(string(out)).To(MatchRegexp(`shop/search-index\s+itemops.io/sample-datamover\s+Failed\s+2.4Gi/4Gi`))
+	// Velero's own CSI data mover, served by the velero binary in itemops' plugin directory.
+	g.Expect(string(out)).To(MatchRegexp(`shop/orders-db\s+velero.io/csi-pvc-backupper\s+InProgress\s+\S+/10Gi`))
+	g.Expect(string(out)).To(MatchRegexp(`shop/product-images\s+velero.io/csi-pvc-backupper\s+Completed\s+24Gi/24Gi \(100%\)`))
 	g.Expect(string(out)).To(ContainSubstring("Backup nightly-demo reached PartiallyFailed."))
 }
 
