@@ -326,30 +326,11 @@ func (p *scriptedPlugin) Cancel(context.Context, plugin.Operation) error { retur
 // sooner than the minimum interval; a poll made for an estimate that finds
 // the operation still running (the estimate slipped) waits the minimum.
 func TestAPollJustBeforeTheEndIsFollowedByOneJustAfter(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := velerov1api.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
 	// Not on a whole second: a written status comes back with its times
 	// cut to the second, and the next poll must not be timed by those.
 	start := time.Date(2026, 1, 1, 0, 0, 0, 600_000_000, time.UTC)
 	clock := clocktesting.NewFakeClock(start)
-	backup := &velerov1api.Backup{
-		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-b"},
-		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations},
-	}
-	op := &itemopsv1alpha1.ItemOperation{
-		ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero", Finalizers: []string{itemopsv1alpha1.Finalizer}},
-		Spec: itemopsv1alpha1.ItemOperationSpec{
-			Parent:      itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: "b", UID: "uid-b"},
-			Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: "example.io/p"},
-			OperationID: "id",
-		},
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(backup, op).WithStatusSubresource(op).Build()
+	c, op := oneWaitingOperation(t, "example.io/p", "id")
 	// 10 s long; polls at 9.6 s, then at the estimate (10.1 s).
 	p := &scriptedPlugin{clock: clock, started: start, total: 10_000}
 	r := &ItemOperationReconciler{Client: c, Plugins: p, Recorder: record.NewFakeRecorder(100), Clock: clock,
@@ -409,28 +390,9 @@ func (deniedPlugin) Cancel(context.Context, plugin.Operation) error { return nil
 // as PluginForbidden with the permission, once as an Event; at the end of the
 // budget the operation fails with the same words.
 func TestAPluginRefusedByTheAPIServerNamesTheMissingPermission(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := velerov1api.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := clocktesting.NewFakeClock(now)
-	backup := &velerov1api.Backup{
-		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-b"},
-		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations},
-	}
-	op := &itemopsv1alpha1.ItemOperation{
-		ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero", Finalizers: []string{itemopsv1alpha1.Finalizer}},
-		Spec: itemopsv1alpha1.ItemOperationSpec{
-			Parent:      itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: "b", UID: "uid-b"},
-			Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: "velero.io/csi-pvc-backupper"},
-			OperationID: "du-1",
-		},
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(backup, op).WithStatusSubresource(op).Build()
+	c, op := oneWaitingOperation(t, "velero.io/csi-pvc-backupper", "du-1")
 	recorder := record.NewFakeRecorder(100)
 	r := &ItemOperationReconciler{Client: c, Plugins: deniedPlugin{}, Recorder: recorder, Clock: clock,
 		SyncFrequency: 10 * time.Second, ProgressUpdateInterval: 30 * time.Second, StallAfter: time.Hour,
@@ -471,4 +433,24 @@ func TestAPluginRefusedByTheAPIServerNamesTheMissingPermission(t *testing.T) {
 	if forbidden != 1 {
 		t.Errorf("%d PluginForbidden Events, want 1", forbidden)
 	}
+}
+
+// oneWaitingOperation is a fake client holding a Backup waiting for its
+// plugin operations and its one ItemOperation, of plugin and operation ID.
+func oneWaitingOperation(t *testing.T, plugin, operationID string) (client.Client, *itemopsv1alpha1.ItemOperation) {
+	t.Helper()
+	backup := &velerov1api.Backup{
+		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-b"},
+		Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations},
+	}
+	op := &itemopsv1alpha1.ItemOperation{
+		ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero", Finalizers: []string{itemopsv1alpha1.Finalizer}},
+		Spec: itemopsv1alpha1.ItemOperationSpec{
+			Parent:      itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: "b", UID: "uid-b"},
+			Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: plugin},
+			OperationID: operationID,
+		},
+	}
+	c := fake.NewClientBuilder().WithScheme(unitScheme(t)).WithObjects(backup, op).WithStatusSubresource(op).Build()
+	return c, op
 }

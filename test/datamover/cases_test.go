@@ -53,9 +53,8 @@ func TestBackupWithDataMovementCompletes(t *testing.T) {
 	b := backup(t, "shop-1", "shop")
 
 	// What `kubectl get itemoperations -w` shows: bytes moving.
-	var uid = func(g Gomega) string { return string(backupNow(g, b).UID) }
 	g.Eventually(func(g Gomega) {
-		ops := operationsOf(g, typesUID(uid(g)))
+		ops := operationsOf(g, backupNow(g, b).UID)
 		g.Expect(ops).To(HaveLen(3))
 		for _, op := range ops {
 			g.Expect(op.Spec.Plugin).To(Equal(itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: backupper}))

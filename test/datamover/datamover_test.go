@@ -221,5 +221,3 @@ func describe(g Gomega, name string) string {
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
 	return string(out)
 }
-
-func typesUID(s string) k8stypes.UID { return k8stypes.UID(s) }

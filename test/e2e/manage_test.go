@@ -37,12 +37,13 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/proc"
 )
 
 // manager runs the itemops binary with the sample plugins until stopped.
 type manager struct {
 	cmd    *exec.Cmd
-	output *syncBuffer
+	output *proc.Buffer
 }
 
 func startManager(t *testing.T, pluginDir string, args ...string) *manager {
@@ -55,7 +56,7 @@ func startManager(t *testing.T, pluginDir string, args ...string) *manager {
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m := &manager{output: &syncBuffer{}}
+	m := &manager{output: &proc.Buffer{}}
 	m.cmd = exec.Command(binary, append([]string{"--kubeconfig=" + path, "--velero-namespace=" + envtest.VeleroNamespace,
 		"--plugin-dir=" + pluginDir, "--sync-frequency=200ms", "--progress-update-interval=1s",
 		"--metrics-bind-address=0", "--health-probe-bind-address=" + freeAddress(t)}, args...)...)

@@ -26,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,25 +35,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/proc"
 )
-
-// syncBuffer collects a child's output while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func freeAddress(t *testing.T) string {
 	t.Helper()
@@ -115,7 +97,7 @@ func TestManagerServesProbesAndMetricsAndStopsCleanly(t *testing.T) {
 	g.Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
 
 	health, metrics := freeAddress(t), freeAddress(t)
-	var output syncBuffer
+	var output proc.Buffer
 	cmd := exec.Command(binary,
 		"--kubeconfig="+path,
 		"--velero-namespace="+envtest.VeleroNamespace,
