@@ -61,6 +61,8 @@ envtest: ## Build (once per machine) the kube-apiserver and etcd the tests run a
 test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suite included.
 	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws, velero,
 	@# versitygw, helm) are built once per machine; build them while the checks run.
+	@# The suites that run velero server take turns (veleroenv.LockServer), so a
+	@# package may wait for another: hence the longer timeout.
 	assets_out="$$(mktemp)"; trap 'rm -f "$$assets_out"' EXIT; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
 	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \
@@ -69,7 +71,7 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  hack/envtest-assets.sh > "$$assets_out" & assets=$$!; \
 	  $(MAKE) --no-print-directory verify vet; \
 	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$assets; \
-	  KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" go test -race ./... -count=1
+	  KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" go test -race ./... -count=1 -timeout 20m
 
 .PHONY: test-e2e
 test-e2e: ## Run only the end-to-end suites: the itemops binary, itemops beside the real velero server, and on Velero's CSI data mover.

@@ -167,6 +167,11 @@ func run(ctx context.Context, exitWhenDone bool) error {
 		if err := createVolumes(ctx, env.Client, cluster); err != nil {
 			return err
 		}
+		unlock, err := veleroenv.LockServer()
+		if err != nil {
+			return err
+		}
+		defer unlock()
 		say("starting velero server v1.18.3 with CSI, versitygw and velero-plugin-for-aws, its operations controllers disabled")
 		veleroLog := filepath.Join(work, "velero.log")
 		stopServer, err := startLogged(veleroLog, func() (*exec.Cmd, error) {

@@ -155,6 +155,11 @@ func runSide(ctx context.Context, root string, cfg sideConfig, mode string) (*si
 	if mode == byItemops {
 		extra = append(extra, veleroenv.ManageFlags...)
 	}
+	unlock, err := veleroenv.LockServer()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	velero, err := ve.ServerCommand(extra...)
 	if err != nil {
 		return nil, err

@@ -82,6 +82,11 @@ func rated(size, rate string) volume {
 // startVelero runs the real Velero server with CSI on.
 func startVelero(t *testing.T, extra ...string) *proc.Process {
 	t.Helper()
+	unlock, err := veleroenv.LockServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock) // after the server stopped: cleanups run last first
 	cmd, err := velero.ServerCommand(append([]string{"--features=EnableCSI"}, extra...)...)
 	if err != nil {
 		t.Fatal(err)

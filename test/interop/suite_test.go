@@ -112,6 +112,11 @@ func setUp(work string) (stop func(), err error) {
 // startVelero runs the real Velero server against the suite's API server.
 func startVelero(t *testing.T, extra ...string) *proc.Process {
 	t.Helper()
+	unlock, err := veleroenv.LockServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock) // after the server stopped: cleanups run last first
 	cmd, err := velero.ServerCommand(extra...)
 	if err != nil {
 		t.Fatal(err)

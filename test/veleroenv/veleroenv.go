@@ -222,3 +222,26 @@ func WaitForLocation(ctx context.Context, c client.Client) error {
 		}
 	}
 }
+
+// serverLock is the file whose lock one `velero server` at a time holds on
+// this machine.
+var serverLock = filepath.Join(os.TempDir(), "itemops-velero-server.lock")
+
+// LockServer waits until no other `velero server` of this machine's suites
+// runs, and keeps others from starting until unlock. Velero's controller
+// manager always serves its metrics on :8080, with no flag to change that,
+// so two at once make the second exit; the suites that run Velero (make test
+// runs packages in parallel) take turns. Hold it from before the server
+// starts until after it stopped.
+func LockServer() (unlock func(), err error) {
+	f, err := os.OpenFile(serverLock, os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("locking %s: %w", serverLock, err)
+	}
+	// Closing the file releases the lock, also when the process dies.
+	return func() { _ = f.Close() }, nil
+}
