@@ -114,14 +114,6 @@ func operationName(parentName, parentUID, plugin, operationID string) string {
 	return prefix + "-" + hash
 }
 
-// labelValue cuts a name to a valid label value.
-func labelValue(name string) string {
-	if len(name) > maxNameLength {
-		name = name[:maxNameLength]
-	}
-	return strings.TrimRight(name, "-._")
-}
-
 // newItemOperation is the ItemOperation of record number index of parent.
 // Velero's record of the status travels in an annotation, from which the
 // ItemOperation reconciler seeds the status (the status subresource cannot
@@ -138,7 +130,7 @@ func newItemOperation(parent client.Object, gvk schema.GroupVersionKind, kind it
 			Name:      operationName(parent.GetName(), string(parent.GetUID()), r.Plugin, r.OperationID),
 			Labels: map[string]string{
 				itemopsv1alpha1.LabelParentKind: string(kind),
-				itemopsv1alpha1.LabelParentName: labelValue(parent.GetName()),
+				itemopsv1alpha1.LabelParentName: itemopsv1alpha1.ParentNameLabelValue(parent.GetName()),
 				itemopsv1alpha1.LabelParentUID:  string(parent.GetUID()),
 			},
 			Annotations: map[string]string{

@@ -279,7 +279,7 @@ func TestOperationNamesFitLabelValues(t *testing.T) {
 		name := operationName(parent, "uid", "velero.io/p", "op-1")
 		g.Expect(validation.IsDNS1123Subdomain(name)).To(BeEmpty(), name)
 		g.Expect(len(name)).To(BeNumerically("<=", 63), name)
-		g.Expect(validation.IsValidLabelValue(labelValue(parent))).To(BeEmpty(), parent)
+		g.Expect(validation.IsValidLabelValue(itemopsv1alpha1.ParentNameLabelValue(parent))).To(BeEmpty(), parent)
 		g.Expect(name).To(Equal(operationName(parent, "uid", "velero.io/p", "op-1")), "deterministic")
 		g.Expect(name).NotTo(Equal(operationName(parent, "uid", "velero.io/p", "op-2")))
 		g.Expect(name).NotTo(Equal(operationName(parent, "uid2", "velero.io/p", "op-1")))

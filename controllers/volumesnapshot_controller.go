@@ -267,7 +267,7 @@ func newSnapshotOperation(backup *velerov1api.Backup, index int, pluginName stri
 			Name:      operationName(backup.Name, string(backup.UID), snapshotOperationKindInKey+pluginName, snap.SnapshotID),
 			Labels: map[string]string{
 				itemopsv1alpha1.LabelParentKind: string(itemopsv1alpha1.ParentKindBackup),
-				itemopsv1alpha1.LabelParentName: labelValue(backup.Name),
+				itemopsv1alpha1.LabelParentName: itemopsv1alpha1.ParentNameLabelValue(backup.Name),
 				itemopsv1alpha1.LabelParentUID:  string(backup.UID),
 			},
 			Annotations: map[string]string{

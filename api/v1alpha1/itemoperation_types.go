@@ -17,6 +17,8 @@ limitations under the License.
 package v1alpha1
 
 import (
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -43,6 +45,16 @@ const (
 	// when it was read from the operations file; the status starts from it.
 	AnnotationRecordStatus = "itemops.io/record-status"
 )
+
+// ParentNameLabelValue is the value of LabelParentName for a parent's name:
+// the name cut to the 63 characters a label value holds, without the
+// separators a label value may not end with.
+func ParentNameLabelValue(name string) string {
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	return strings.TrimRight(name, "-._")
+}
 
 // ParentKind is the kind of the Velero object an operation belongs to.
 // +kubebuilder:validation:Enum=Backup;Restore

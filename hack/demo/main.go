@@ -27,9 +27,11 @@ limitations under the License.
 // are played by package csisim): Velero starts the uploads, itemops reads
 // them from the bucket, polls them and writes them back, and Velero's
 // finalizer ends the Backup PartiallyFailed. Otherwise it creates a
-// Backup as Velero would leave it, with its ItemOperations, and shows it reach
-// FinalizingPartiallyFailed. Either way the progress is shown live and
-// everything keeps running for you to inspect until Ctrl-C.
+// Backup as Velero would leave it, with its ItemOperations, and a stand-in
+// for Velero's finalizer ends it once itemops has moved it to
+// FinalizingPartiallyFailed. Either way the progress is drawn live by the
+// view of `kubectl itemops watch` (package view), and everything keeps
+// running for you to inspect until Ctrl-C.
 package main
 
 import (
@@ -41,19 +43,22 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/view"
 	"github.com/itemops/itemops/test/csisim"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
@@ -81,6 +86,9 @@ var uploads = []struct {
 }
 
 func main() {
+	// Library logs would tear the live view; the demo says what matters.
+	klog.SetLogger(logr.Discard())
+	ctrllog.SetLogger(logr.Discard())
 	exitWhenDone := flag.Bool("exit-when-done", false, "stop once the Backup reaches Finalizing*, instead of waiting for Ctrl-C")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -124,13 +132,17 @@ func run(ctx context.Context, exitWhenDone bool) error {
 		return err
 	}
 
-	say("building itemops and the sample plugins")
+	say("building itemops, kubectl-itemops and the sample plugins")
 	pluginDir, stateDir := filepath.Join(work, "plugins"), filepath.Join(work, "plugin-state")
 	binary := filepath.Join(work, "itemops")
 	if err := goBuild(env.RepoRoot, "-o", binary, "."); err != nil {
 		return err
 	}
 	if err := goBuild(env.RepoRoot, "-o", pluginDir+string(os.PathSeparator), "./test/plugins/sample"); err != nil {
+		return err
+	}
+	kubectlItemops := filepath.Join(work, "bin", "kubectl-itemops")
+	if err := goBuild(env.RepoRoot, "-o", kubectlItemops, "./cmd/kubectl-itemops"); err != nil {
 		return err
 	}
 	if err := os.Setenv(sim.EnvStateDir, stateDir); err != nil {
@@ -205,58 +217,47 @@ func run(ctx context.Context, exitWhenDone bool) error {
 		backup, err = backUpNamespace(ctx, env.Client)
 	} else {
 		backup, err = createBackup(ctx, env.Client)
+		if err == nil {
+			go finalizeLikeVelero(ctx, env.Client, backup)
+		}
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nkubeconfig: %s\n  KUBECONFIG=%s kubectl -n velero get itemoperations -o wide\nitemops log: %s\n",
-		kubeconfigPath, kubeconfigPath, logPath)
+	fmt.Printf("\nkubeconfig: %s\n  KUBECONFIG=%s kubectl -n velero get itemoperations -o wide\n", kubeconfigPath, kubeconfigPath)
+	fmt.Printf("  KUBECONFIG=%s PATH=%s:$PATH kubectl itemops watch backup %s\n", kubeconfigPath, filepath.Dir(kubectlItemops), backup.Name)
+	fmt.Printf("  (or without kubectl: %s watch backup %s --kubeconfig %s)\nitemops log: %s\n", kubectlItemops, backup.Name, kubeconfigPath, logPath)
 	if real {
 		fmt.Printf("  %s backup describe %s --details --kubeconfig %s\nvelero log: %s\n",
 			velero.Velero, backup.Name, kubeconfigPath, filepath.Join(work, "velero.log"))
 	}
 	fmt.Println()
-	time.Sleep(2 * time.Second)
 
-	// The story ends where itemops hands the Backup over: to Velero's
-	// finalizer when Velero runs, else at Finalizing*.
-	finished := func(phase string) bool {
-		if real {
-			return phase == string(velerov1api.BackupPhaseCompleted) || phase == string(velerov1api.BackupPhasePartiallyFailed) ||
-				phase == string(velerov1api.BackupPhaseFailed)
-		}
-		return strings.HasPrefix(phase, "Finalizing")
+	// The story ends where the Backup ends: Velero's finalizer (or, without
+	// Velero, its stand-in) takes it from itemops' Finalizing* to its outcome.
+	code, err := view.Run(ctx, view.Options{Config: env.Config,
+		Parent: view.Parent{Kind: itemopsv1alpha1.ParentKindBackup, Namespace: backup.Namespace, Name: backup.Name},
+		Out:    os.Stdout})
+	if err != nil {
+		return err
 	}
-	done := false
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		phase, err := show(ctx, env.Client, backup)
-		if err != nil {
-			return err
-		}
-		if !done && finished(phase) {
-			done = true
-			fmt.Printf("\nBackup %s reached %s. ", backup.Name, phase)
-			if exitWhenDone {
-				fmt.Println()
-				return nil
-			}
-			fmt.Printf("Everything keeps running; press Ctrl-C to stop and clean up.\nkubeconfig: %s\n", kubeconfigPath)
-		}
-		select {
-		case <-ctx.Done():
-			fmt.Println()
-			return nil
-		case <-tick.C:
-		}
-		if done {
-			// Leave the terminal to the user once the story is told.
-			<-ctx.Done()
-			fmt.Println()
-			return nil
-		}
+	if code == view.ExitInterrupted {
+		fmt.Println()
+		return nil
 	}
+	b := &velerov1api.Backup{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(backup), b); err != nil {
+		return err
+	}
+	fmt.Printf("\nBackup %s reached %s. ", backup.Name, b.Status.Phase)
+	if exitWhenDone {
+		fmt.Println()
+		return nil
+	}
+	fmt.Printf("Everything keeps running; press Ctrl-C to stop and clean up.\nkubeconfig: %s\n", kubeconfigPath)
+	<-ctx.Done()
+	fmt.Println()
+	return nil
 }
 
 // startLogged starts a program with its output in a log file; stop ends it.
@@ -402,31 +403,29 @@ func createBackup(ctx context.Context, c client.Client) (*velerov1api.Backup, er
 	return backup, nil
 }
 
-// show prints the backup and its operations, as kubectl would, and returns
-// the backup's phase.
-func show(ctx context.Context, c client.Client, backup *velerov1api.Backup) (string, error) {
-	b := &velerov1api.Backup{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(backup), b); err != nil {
-		return "", err
+// finalizeLikeVelero plays Velero's backup finalizer when Velero is not
+// running: once itemops has moved the Backup to Finalizing*, it ends it
+// Completed or PartiallyFailed, as Velero would after its last upload.
+func finalizeLikeVelero(ctx context.Context, c client.Client, backup *velerov1api.Backup) {
+	final := map[velerov1api.BackupPhase]velerov1api.BackupPhase{
+		velerov1api.BackupPhaseFinalizing:                velerov1api.BackupPhaseCompleted,
+		velerov1api.BackupPhaseFinalizingPartiallyFailed: velerov1api.BackupPhasePartiallyFailed,
 	}
-	ops := &itemopsv1alpha1.ItemOperationList{}
-	if err := c.List(ctx, ops, client.InNamespace(backup.Namespace),
-		client.MatchingLabels{itemopsv1alpha1.LabelParentUID: string(backup.UID)}); err != nil {
-		return "", err
-	}
-	fmt.Print("\033[H\033[2J")
-	fmt.Printf("Backup %s: %s (operations: %d attempted, %d completed, %d failed)\n\n", b.Name, b.Status.Phase,
-		b.Status.BackupItemOperationsAttempted, b.Status.BackupItemOperationsCompleted, b.Status.BackupItemOperationsFailed)
-	w := tabwriter.NewWriter(os.Stdout, 0, 4, 3, ' ', 0)
-	fmt.Fprintln(w, "ITEM\tPLUGIN\tPHASE\tPROGRESS\tETA\tERROR")
-	for _, op := range ops.Items {
-		eta := ""
-		if op.Status.EstimatedCompletion != nil {
-			eta = max(time.Until(op.Status.EstimatedCompletion.Time), 0).Round(time.Second).String()
+	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		b := &velerov1api.Backup{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(backup), b); err != nil {
+			return false, nil
 		}
-		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\t%s\n", op.Spec.Resource.Namespace, op.Spec.Resource.Name, op.Spec.Plugin.Name,
-			op.Status.Phase, op.Status.Progress, eta, op.Status.Error)
+		next, ok := final[b.Status.Phase]
+		if !ok {
+			return false, nil
+		}
+		original := b.DeepCopy()
+		b.Status.Phase = next
+		b.Status.CompletionTimestamp = &metav1.Time{Time: time.Now()}
+		return c.Patch(ctx, b, client.MergeFrom(original)) == nil, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "demo: finalizing the backup:", err)
 	}
-	_ = w.Flush()
-	return string(b.Status.Phase), nil
 }

@@ -1,0 +1,172 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	veleroclient "github.com/vmware-tanzu/velero/pkg/client"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/view"
+)
+
+// Exit codes other than a watch's outcomes.
+const (
+	// ExitError: the command could not do what it was asked (the error is printed).
+	ExitError = 1
+	// ExitWatchError: a watch could not run; 1 to 3 are outcomes of a parent.
+	ExitWatchError = 4
+)
+
+// exitCode carries a command's exit code out of cobra.
+type exitCode struct {
+	code int
+	err  error
+}
+
+func (e *exitCode) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit code %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitCode) Unwrap() error { return e.err }
+
+// options are what every command shares: kubectl's connection flags and
+// the namespace, which defaults to Velero's.
+type options struct {
+	flags   *genericclioptions.ConfigFlags
+	streams genericiooptions.IOStreams
+}
+
+// namespace is -n when given, else Velero's namespace as the velero CLI
+// finds it: its client config's namespace, else $VELERO_NAMESPACE, else
+// velero. The kubeconfig context's namespace is not used: the operations
+// live in Velero's namespace, wherever the context points.
+func (o *options) namespace() string {
+	if o.flags.Namespace != nil && *o.flags.Namespace != "" {
+		return *o.flags.Namespace
+	}
+	return VeleroNamespace()
+}
+
+// VeleroNamespace is the namespace the velero CLI would use without -n.
+func VeleroNamespace() string {
+	ns := os.Getenv("VELERO_NAMESPACE")
+	if config, err := veleroclient.LoadConfig(); err == nil && config.Namespace() != "" {
+		ns = config.Namespace()
+	}
+	if ns == "" {
+		ns = "velero"
+	}
+	return ns
+}
+
+func (o *options) config() (*rest.Config, error) {
+	cfg, err := o.flags.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "kubectl-itemops"
+	return cfg, nil
+}
+
+func (o *options) client() (client.Client, error) {
+	cfg, err := o.config()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: view.Scheme()})
+}
+
+// NewCommand is `kubectl itemops` with its subcommands.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: streams}
+	cmd := &cobra.Command{
+		Use:   "kubectl-itemops",
+		Short: "See, wait for and cancel the asynchronous plugin operations of Velero Backups and Restores",
+		Long: `kubectl itemops shows the operations that Velero plugins run after a Backup or
+Restore has taken its items (data-mover uploads, snapshots still copying), as
+itemops follows them: a summary per Backup and Restore, a live view with one
+progress bar per operation that ends with the outcome as its exit code, and
+cancel.
+
+It reads ItemOperations, Backups and Restores through the API server, in
+Velero's namespace (-n; without it, the velero CLI's namespace: its client
+config, $VELERO_NAMESPACE, else velero).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// kubectl runs plugins as kubectl-itemops; say so in usage lines.
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl itemops"},
+	}
+	cmd.SetIn(streams.In)
+	cmd.SetOut(streams.Out)
+	cmd.SetErr(streams.ErrOut)
+	o.flags.AddFlags(cmd.PersistentFlags())
+	cmd.AddCommand(newGetCommand(o), newWatchCommand(o), newCancelCommand(o))
+	return cmd
+}
+
+// Execute runs the command line args and returns the process' exit code,
+// having printed any error.
+func Execute(ctx context.Context, streams genericiooptions.IOStreams, args []string) int {
+	cmd := NewCommand(streams)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
+	var exit *exitCode
+	if errors.As(err, &exit) {
+		if exit.err != nil {
+			fmt.Fprintln(streams.ErrOut, "error:", exit.err)
+		}
+		return exit.code
+	}
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "error:", err)
+		return ExitError
+	}
+	return 0
+}
+
+// parentKind reads a kind argument: backup(s) or restore(s).
+func parentKind(arg string) (itemopsv1alpha1.ParentKind, error) {
+	switch strings.ToLower(arg) {
+	case "backup", "backups", "backup.velero.io", "backups.velero.io":
+		return itemopsv1alpha1.ParentKindBackup, nil
+	case "restore", "restores", "restore.velero.io", "restores.velero.io":
+		return itemopsv1alpha1.ParentKindRestore, nil
+	}
+	return "", fmt.Errorf("unknown kind %q: backup or restore", arg)
+}
+
+// groupResource is the API resource of a parent kind: backups.velero.io.
+func groupResource(kind itemopsv1alpha1.ParentKind) schema.GroupResource {
+	return schema.GroupResource{Group: velerov1api.SchemeGroupVersion.Group, Resource: strings.ToLower(string(kind)) + "s"}
+}
