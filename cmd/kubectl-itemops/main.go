@@ -28,6 +28,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/itemops/itemops/internal/cli"
@@ -39,7 +40,7 @@ func main() {
 	klog.SetLogger(logr.Discard())
 	ctrllog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Execute(ctx, genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}, os.Args[1:])
+	code := cli.Execute(ctx, genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}, clock.RealClock{}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

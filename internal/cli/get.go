@@ -19,7 +19,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -82,7 +81,7 @@ func newGetCommand(o *options) *cobra.Command {
 					fmt.Fprintf(o.streams.ErrOut, "No Backups or Restores with operations found in %s namespace.\n", o.namespace())
 					return nil
 				}
-				table := view.SummaryTable(sums, time.Now(), len(kinds) > 1)
+				table := view.SummaryTable(sums, o.clock.Now(), len(kinds) > 1)
 				return printers.NewTablePrinter(printers.PrintOptions{Wide: format == "wide", NoHeaders: noHeaders}).
 					PrintObj(table, o.streams.Out)
 			}

@@ -28,6 +28,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -65,6 +66,7 @@ func (e *exitCode) Unwrap() error { return e.err }
 type options struct {
 	flags   *genericclioptions.ConfigFlags
 	streams genericiooptions.IOStreams
+	clock   clock.PassiveClock
 }
 
 // namespace is -n when given, else Velero's namespace as the velero CLI
@@ -107,9 +109,10 @@ func (o *options) client() (client.Client, error) {
 	return client.New(cfg, client.Options{Scheme: view.Scheme()})
 }
 
-// NewCommand is `kubectl itemops` with its subcommands.
-func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: streams}
+// NewCommand is `kubectl itemops` with its subcommands, telling ages,
+// ETAs and the times of plain lines by clock.
+func NewCommand(streams genericiooptions.IOStreams, clock clock.PassiveClock) *cobra.Command {
+	o := &options{flags: genericclioptions.NewConfigFlags(true), streams: streams, clock: clock}
 	cmd := &cobra.Command{
 		Use:   "kubectl-itemops",
 		Short: "See, wait for and cancel the asynchronous plugin operations of Velero Backups and Restores",
@@ -131,14 +134,15 @@ config, $VELERO_NAMESPACE, else velero).`,
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
 	o.flags.AddFlags(cmd.PersistentFlags())
+	cmd.PersistentFlags().Lookup("namespace").Usage = "Velero's namespace (default: the velero CLI's, from its client config or $VELERO_NAMESPACE, else velero)"
 	cmd.AddCommand(newGetCommand(o), newWatchCommand(o), newCancelCommand(o))
 	return cmd
 }
 
 // Execute runs the command line args and returns the process' exit code,
 // having printed any error.
-func Execute(ctx context.Context, streams genericiooptions.IOStreams, args []string) int {
-	cmd := NewCommand(streams)
+func Execute(ctx context.Context, streams genericiooptions.IOStreams, clock clock.PassiveClock, args []string) int {
+	cmd := NewCommand(streams, clock)
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(ctx)
 	var exit *exitCode

@@ -66,6 +66,7 @@ to the real figure at the next update. Elsewhere (a pipe, a CI log), or with
 				Out:    o.streams.Out,
 				In:     o.streams.In,
 				Plain:  output == "plain",
+				Now:    o.clock.Now,
 			})
 			if err != nil {
 				return &exitCode{code: ExitWatchError, err: err}

@@ -102,8 +102,9 @@ func row(op *itemopsv1alpha1.ItemOperation) Operation {
 	}
 	o := Operation{Name: op.Name, ID: op.Spec.OperationID, Item: item(op), Plugin: op.Spec.Plugin.Name, Phase: phase,
 		Done: st.NCompleted, Total: st.NTotal, Units: st.OperationUnits, Error: st.Error,
-		Stalled: stalled(op), CancelRequested: op.Spec.Cancel}
+		CancelRequested: op.Spec.Cancel}
 	if !phase.IsTerminal() {
+		o.Stalled = stalled(op)
 		if st.EstimatedCompletion != nil {
 			o.ETA = st.EstimatedCompletion.Time
 		}

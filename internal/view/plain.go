@@ -47,17 +47,14 @@ func (p *Plain) Show(s Snapshot) error {
 	stamp := now.Format(time.TimeOnly)
 	var b strings.Builder
 	if !s.Found {
-		if p.parent != "" {
-			fmt.Fprintf(&b, "%s %s deleted\n", stamp, s.Parent)
-		} else {
-			fmt.Fprintf(&b, "%s %s not found in namespace %s\n", stamp, s.Parent, s.Parent.Namespace)
-		}
-		p.parent = "gone"
+		fmt.Fprintf(&b, "%s %s\n", stamp, EndLine(s, ExitGone, p.parent != ""))
 		_, err := io.WriteString(p.w, b.String())
 		return err
 	}
 	sum := Summarize(s)
-	if line := parentLine(sum, now); line != p.parent {
+	code, ended := Ended(s)
+	// The end line says the last phase.
+	if line := parentLine(sum, now); line != p.parent && !ended {
 		p.parent = line
 		fmt.Fprintf(&b, "%s %s %s\n", stamp, s.Parent, line)
 	}
@@ -69,18 +66,21 @@ func (p *Plain) Show(s Snapshot) error {
 		p.ops[o.Name] = key
 		fmt.Fprintf(&b, "%s %s %s\n", stamp, s.Parent, opLine(o, now))
 	}
-	if code, ended := Ended(s); ended {
-		fmt.Fprintf(&b, "%s %s\n", stamp, EndLine(s, code))
+	if ended {
+		fmt.Fprintf(&b, "%s %s\n", stamp, EndLine(s, code, true))
 	}
 	_, err := io.WriteString(p.w, b.String())
 	return err
 }
 
-// EndLine says how the parent ended and the exit code that says it to scripts.
-func EndLine(s Snapshot, code int) string {
+// EndLine says how the parent ended and the exit code that says it to
+// scripts; seen tells a parent deleted while watched from one never found.
+func EndLine(s Snapshot, code int, seen bool) string {
 	switch {
+	case !s.Found && seen:
+		return fmt.Sprintf("%s was deleted (exit code %d)", s.Parent, code)
 	case !s.Found:
-		return fmt.Sprintf("%s is gone (exit code %d)", s.Parent, code)
+		return fmt.Sprintf("%s not found in namespace %s (exit code %d)", s.Parent, s.Parent.Namespace, code)
 	case code == ExitGone:
 		return fmt.Sprintf("%s is being deleted (exit code %d)", s.Parent, code)
 	}

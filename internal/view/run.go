@@ -125,7 +125,7 @@ func runLive(ctx context.Context, opts Options, snapshots <-chan Snapshot, watch
 	case m.interrupted:
 		return ExitInterrupted, nil
 	case m.ended:
-		_, err := fmt.Fprintln(opts.Out, EndLine(m.snap, m.code))
+		_, err := fmt.Fprintln(opts.Out, EndLine(m.snap, m.code, m.seen))
 		return m.code, err
 	}
 	return ExitInterrupted, nil

@@ -31,10 +31,12 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 )
 
-// SortNewestFirst orders summaries by their parent's creation, newest first.
+// SortNewestFirst orders summaries by their parent's creation, newest
+// first; parents created in the same second by name, descending, which
+// keeps the backups of a schedule (<schedule>-<timestamp>) newest first too.
 func SortNewestFirst(sums []Summary) {
 	slices.SortStableFunc(sums, func(a, b Summary) int {
-		return cmp.Or(b.Created.Compare(a.Created), cmp.Compare(a.Parent.String(), b.Parent.String()))
+		return cmp.Or(b.Created.Compare(a.Created), cmp.Compare(b.Parent.Name, a.Parent.Name), cmp.Compare(a.Parent.Kind, b.Parent.Kind))
 	})
 }
 

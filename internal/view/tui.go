@@ -55,9 +55,10 @@ type measure struct {
 
 // live is the bubbletea model of the live view.
 type live struct {
-	now           func() time.Time
-	snap          Snapshot
-	have          bool
+	now  func() time.Time
+	snap Snapshot
+	// have is set once a snapshot came, seen once one found the parent.
+	have, seen    bool
 	width, height int
 	measures      map[string]measure
 
@@ -122,7 +123,7 @@ func (m *live) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 // observe takes a new snapshot and notes how often each operation's
 // figures are written, which bounds the extrapolation.
 func (m *live) observe(s Snapshot) {
-	m.snap, m.have = s, true
+	m.snap, m.have, m.seen = s, true, m.seen || s.Found
 	for i := range s.Operations {
 		op := &s.Operations[i]
 		at, ok := measuredAt(op)
@@ -152,6 +153,10 @@ var (
 func (m *live) View() string {
 	if !m.have {
 		return "waiting for the API server…\n"
+	}
+	if !m.snap.Found {
+		// The end line, printed after the view, says it.
+		return ""
 	}
 	now := m.now()
 	s := m.snap

@@ -26,17 +26,12 @@ package datamover
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/itemops/itemops/test/csisim"
@@ -136,7 +131,7 @@ func setUp(work string) (stop func(), err error) {
 
 	ctx := context.Background()
 	for release, mode := range map[string]string{"itemops": "manage", "itemops-observe": "observe"} {
-		config, err := chartIdentity(ctx, root, release, mode)
+		config, err := chartIdentity(ctx, release, mode)
 		if err != nil {
 			return stop, err
 		}
@@ -159,30 +154,13 @@ func setUp(work string) (stop func(), err error) {
 // chartIdentity applies the ServiceAccount, Roles, ClusterRoles and their
 // bindings that `helm install <release> charts/itemops --set mode=<mode>`
 // creates, and returns a kubeconfig with a token of that ServiceAccount.
-func chartIdentity(ctx context.Context, root, release, mode string) ([]byte, error) {
-	helm := exec.Command(filepath.Join(root, "hack", "cached-binary.sh"), "helm")
-	helm.Stderr = os.Stderr
-	path, err := helm.Output()
+func chartIdentity(ctx context.Context, release, mode string) ([]byte, error) {
+	objs, err := env.RenderChart(release, "--set", "mode="+mode)
 	if err != nil {
-		return nil, fmt.Errorf("building helm: %w", err)
+		return nil, err
 	}
-	render := exec.Command(strings.TrimSpace(string(path)), "template", release, filepath.Join(root, "charts", "itemops"),
-		"--namespace", envtest.VeleroNamespace, "--set", "mode="+mode)
-	render.Stderr = os.Stderr
-	out, err := render.Output()
-	if err != nil {
-		return nil, fmt.Errorf("helm template: %w", err)
-	}
-	decoder := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(out)), 4096)
 	serviceAccount := ""
-	for {
-		u := &unstructured.Unstructured{}
-		if err := decoder.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return nil, err
-		}
+	for _, u := range objs {
 		switch u.GetKind() {
 		case "ServiceAccount":
 			serviceAccount = u.GetName()
@@ -190,8 +168,8 @@ func chartIdentity(ctx context.Context, root, release, mode string) ([]byte, err
 		default:
 			continue
 		}
-		if err := c.Patch(ctx, u, client.Apply, client.FieldOwner("helm"), client.ForceOwnership); err != nil {
-			return nil, fmt.Errorf("applying %s %s: %w", u.GetKind(), u.GetName(), err)
+		if err := env.Apply(ctx, "helm", u); err != nil {
+			return nil, err
 		}
 	}
 	if serviceAccount == "" {
