@@ -199,31 +199,51 @@ func (m *live) View() string {
 	add(m.bar(itemopsv1alpha1.OperationPhaseInProgress, overall, max(width-ansi.StringWidth(tail)-1, 10)) + tail)
 	add("")
 
-	itemWidth, pluginWidth := 0, 0
-	for _, o := range rows {
-		itemWidth, pluginWidth = max(itemWidth, len(o.Item)), max(pluginWidth, len(o.Plugin))
+	// Columns as wide as their widest cell keep the bars of all operations
+	// the same length.
+	var w struct{ item, plugin, amount, rate, eta, note int }
+	cells := make([]struct{ amount, rate, eta, note string }, len(rows))
+	for i, o := range rows {
+		c := &cells[i]
+		c.amount, c.rate = o.Amount(), o.RateString()
+		if eta := ETAString(o.ETA, now); eta != "" && !o.Finished() {
+			c.eta = "ETA " + eta
+		}
+		switch {
+		case o.Stalled:
+			c.note = "stalled"
+		case o.CancelRequested && !o.Finished():
+			c.note = "canceling"
+		}
+		w.item, w.plugin = max(w.item, len(o.Item)), max(w.plugin, len(o.Plugin))
+		w.amount, w.rate = max(w.amount, len(c.amount)), max(w.rate, len(c.rate))
+		w.eta, w.note = max(w.eta, len(c.eta)), max(w.note, len(c.note))
 	}
-	itemWidth, pluginWidth = min(itemWidth, max(width/4, 12)), min(pluginWidth, max(width/4, 12))
+	w.item, w.plugin = min(w.item, max(width/4, 12)), min(w.plugin, max(width/4, 12))
 	showPlugin := width >= 100
+	cellOf := map[string]int{}
+	for i, o := range rows {
+		cellOf[o.Name] = i
+	}
 	for _, o := range visible(rows, max(m.height-len(lines)-2, 1)) {
 		if o.Name == "" {
 			add(faint.Render(o.Item))
 			continue
 		}
-		left := "  " + pad(o.Item, itemWidth)
+		c := cells[cellOf[o.Name]]
+		left := "  " + pad(o.Item, w.item)
 		if showPlugin {
-			left += "  " + pad(o.Plugin, pluginWidth)
+			left += "  " + pad(o.Plugin, w.plugin)
 		}
 		left += "  " + pad(string(o.Phase), 10) + " "
-		right := " " + pad(o.Amount(), 18) + " " + pad(o.RateString(), 10)
-		if eta := ETAString(o.ETA, now); eta != "" && !o.Finished() {
-			right += " ETA " + eta
-		}
-		if o.Stalled {
-			right += " stalled"
-		}
-		if o.CancelRequested && !o.Finished() {
-			right += " canceling"
+		right := " " + pad(c.amount, w.amount)
+		for _, cell := range []struct {
+			text  string
+			width int
+		}{{c.rate, w.rate}, {c.eta, w.eta}, {c.note, w.note}} {
+			if cell.width > 0 {
+				right += "  " + pad(cell.text, cell.width)
+			}
 		}
 		barWidth := width - ansi.StringWidth(left) - ansi.StringWidth(right)
 		if barWidth < 10 {

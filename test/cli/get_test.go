@@ -74,17 +74,17 @@ func TestGetPrintsOneRowPerParentWithOperations(t *testing.T) {
 		golden string
 		args   []string
 	}{
-		{"get.golden", []string{"get", "-n", "get"}},
-		{"get-wide.golden", []string{"get", "-n", "get", "-o", "wide"}},
-		{"get-backups.golden", []string{"get", "backups", "-n", "get"}},
-		{"get-backup.golden", []string{"get", "backup", "nightly-2", "-n", "get"}},
+		{"get.golden", []string{"get", "-n", ns}},
+		{"get-wide.golden", []string{"get", "-n", ns, "-o", "wide"}},
+		{"get-backups.golden", []string{"get", "backups", "-n", ns}},
+		{"get-backup.golden", []string{"get", "backup", "nightly-2", "-n", ns}},
 	} {
 		r := kubectlItemops(ctx, clock, c.args...)
 		g.Expect(r.code).To(Equal(0), r.err)
 		golden(t, c.golden, r.out)
 	}
 
-	r := kubectlItemops(ctx, clock, "get", "backup", "absent", "-n", "get")
+	r := kubectlItemops(ctx, clock, "get", "backup", "absent", "-n", ns)
 	g.Expect(r.code).To(Equal(1))
 	g.Expect(r.err).To(ContainSubstring(`backups.velero.io "absent" not found`))
 }
@@ -99,7 +99,7 @@ func TestGetPrintsSummariesForScripts(t *testing.T) {
 	setStatus(t, operation(t, b, "a", "velero.io/csi-pvc-backupper", "du-a"), progressAt(now, gi("1Gi"), gi("4Gi"), time.Minute))
 	setStatus(t, operation(t, b, "b", "velero.io/csi-pvc-backupper", "du-b"), ended(itemopsv1alpha1.OperationPhaseCompleted, gi("4Gi"), gi("4Gi"), ""))
 
-	r := kubectlItemops(ctx, clocktesting.NewFakePassiveClock(now), "get", "-n", "get-json", "-o", "json")
+	r := kubectlItemops(ctx, clocktesting.NewFakePassiveClock(now), "get", "-n", ns, "-o", "json")
 	g.Expect(r.code).To(Equal(0), r.err)
 	var list struct {
 		Kind  string `json:"kind"`
@@ -135,7 +135,7 @@ func TestGetPrintsSummariesForScripts(t *testing.T) {
 	g.Expect(item.Amounts[0].Total).To(Equal(gi("8Gi")))
 	g.Expect(item.Percent).To(Equal(62))
 
-	r = kubectlItemops(ctx, clocktesting.NewFakePassiveClock(now), "get", "backup", "json-1", "-n", "get-json",
+	r = kubectlItemops(ctx, clocktesting.NewFakePassiveClock(now), "get", "backup", "json-1", "-n", ns,
 		"-o", "jsonpath={.operations.completed}/{.operations.total}")
 	g.Expect(r.code).To(Equal(0), r.err)
 	g.Expect(r.out).To(Equal("1/2"))

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,11 +96,6 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "building kubectl-itemops:", err)
 		return 1
 	}
-	// No velero CLI configuration of the machine may move the namespace.
-	if err := os.Setenv("HOME", work); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
 	return m.Run()
 }
 
@@ -120,6 +116,39 @@ func kubectlItemopsAs(ctx context.Context, config string, now clock.PassiveClock
 	code := cli.Execute(ctx, genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut}, now,
 		append([]string{"--kubeconfig", config}, args...))
 	return result{out: out.String(), err: errOut.String(), code: code}
+}
+
+// running is a command line running in this process, whose output can be
+// read while it runs.
+type running struct {
+	out  *proc.Buffer
+	errs *proc.Buffer
+	code chan int
+}
+
+// start runs a command line as the administrator until it ends or the test does.
+func start(t *testing.T, now clock.PassiveClock, args ...string) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r := &running{out: &proc.Buffer{}, errs: &proc.Buffer{}, code: make(chan int, 1)}
+	go func() {
+		r.code <- cli.Execute(ctx, genericiooptions.IOStreams{In: strings.NewReader(""), Out: r.out, ErrOut: r.errs},
+			now, append([]string{"--kubeconfig", kubeconfig}, args...))
+	}()
+	return r
+}
+
+// lines are the lines printed so far.
+func (r *running) lines() []string {
+	return strings.Split(strings.TrimSuffix(r.out.String(), "\n"), "\n")
+}
+
+// exitCode waits for the command to end.
+func (r *running) exitCode(g Gomega) int {
+	var code int
+	g.Eventually(r.code, 30*time.Second).Should(Receive(&code), r.errs.String())
+	return code
 }
 
 // backupIn creates a Backup in phase with Velero's count of attempted
@@ -227,34 +256,35 @@ func stalledNow(s *itemopsv1alpha1.ItemOperationStatus) {
 		Reason: itemopsv1alpha1.ReasonNoProgress, Message: "no progress", LastTransitionTime: metav1.Now()})
 }
 
-// namespace creates a namespace for one test's Backups and Restores, so
-// that what it lists is its own.
-func namespace(t *testing.T, name string) string {
+// namespace creates a namespace named prefix-<random> for one test's
+// Backups and Restores, so that what it lists is its own, run after run.
+func namespace(t *testing.T, prefix string) string {
 	t.Helper()
-	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
 		t.Fatal(err)
 	}
-	return name
+	return ns.Name
 }
 
-// namespaced is a ServiceAccount in Velero's namespace bound there to the
+// namespaced is a ServiceAccount in namespace bound there to the
 // ClusterRole role, and a kubeconfig with its token.
-func namespaced(t *testing.T, name, role string) string {
+func namespaced(t *testing.T, namespace, name, role string) string {
 	t.Helper()
 	ctx := context.Background()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: envtest.VeleroNamespace}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
 	if err := env.Client.Create(ctx, sa); err != nil {
 		t.Fatal(err)
 	}
 	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: envtest.VeleroNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: envtest.VeleroNamespace}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: namespace}},
 	}
 	if err := env.Client.Create(ctx, binding); err != nil {
 		t.Fatal(err)
 	}
-	config, err := env.ServiceAccountKubeconfig(ctx, envtest.VeleroNamespace, name)
+	config, err := env.ServiceAccountKubeconfig(ctx, namespace, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,51 +18,21 @@ package cli
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
-	"github.com/itemops/itemops/internal/cli"
-	"github.com/itemops/itemops/test/proc"
 )
 
-// watching is a `kubectl itemops watch` running in this process.
-type watching struct {
-	out  *proc.Buffer
-	errs *proc.Buffer
-	code chan int
-}
-
-func startWatch(t *testing.T, now time.Time, args ...string) *watching {
+func startWatch(t *testing.T, now time.Time, args ...string) *running {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w := &watching{out: &proc.Buffer{}, errs: &proc.Buffer{}, code: make(chan int, 1)}
-	go func() {
-		w.code <- cli.Execute(ctx, genericiooptions.IOStreams{In: strings.NewReader(""), Out: w.out, ErrOut: w.errs},
-			clocktesting.NewFakePassiveClock(now), append([]string{"--kubeconfig", kubeconfig, "watch"}, args...))
-	}()
-	return w
-}
-
-// lines are the lines printed so far.
-func (w *watching) lines() []string {
-	return strings.Split(strings.TrimSuffix(w.out.String(), "\n"), "\n")
-}
-
-// exitCode waits for the watch to end.
-func (w *watching) exitCode(g Gomega) int {
-	var code int
-	g.Eventually(w.code, 30*time.Second).Should(Receive(&code), w.errs.String())
-	return code
+	return start(t, clocktesting.NewFakePassiveClock(now), append([]string{"watch"}, args...)...)
 }
 
 // TestWatchPrintsOneLinePerChange feeds a Backup's operations a scripted
@@ -156,6 +126,6 @@ func TestWatchEndsWithTheOutcomeAsExitCode(t *testing.T) {
 		g := NewWithT(t)
 		w := startWatch(t, now, "backup", "absent", "-n", ns)
 		g.Expect(w.exitCode(g)).To(Equal(3))
-		g.Expect(w.out.String()).To(Equal("10:00:00 backup/absent not found in namespace watch-outcomes (exit code 3)\n"))
+		g.Expect(w.out.String()).To(Equal("10:00:00 backup/absent not found in namespace " + ns + " (exit code 3)\n"))
 	})
 }
