@@ -101,8 +101,14 @@ bench: ## Measure itemops at 1,000 and 10,000 operations over 100 Backups; resul
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager binary into bin/itemops.
+build: ## Build the manager into bin/itemops, and the kubectl plugin into bin/kubectl-itemops with its completion helper.
 	go build -o bin/itemops .
+	go build -o bin/kubectl-itemops ./cmd/kubectl-itemops
+	install -m 0755 cmd/kubectl-itemops/kubectl_complete-itemops bin/
+
+.PHONY: krew
+krew: ## Build the kubectl plugin's archives for linux and darwin, amd64 and arm64, into dist/krew/ and write their checksums into krew/itemops.yaml.
+	go run ./hack/krew -version v$(VERSION) -out dist/krew -manifest krew/itemops.yaml
 
 .PHONY: run
 run: ## Run the manager from your host against the cluster of your kubeconfig.

@@ -108,15 +108,24 @@ func SummaryList(sums []Summary) (*unstructured.UnstructuredList, error) {
 
 // summaryJSON is the shape of an OperationsSummary.
 type summaryJSON struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata"`
-	Parent            summaryParent     `json:"parent"`
-	Operations        summaryOperations `json:"operations"`
-	Amounts           []summaryAmount   `json:"amounts,omitempty"`
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   summaryMeta       `json:"metadata"`
+	Parent     summaryParent     `json:"parent"`
+	Operations summaryOperations `json:"operations"`
+	Amounts    []summaryAmount   `json:"amounts,omitempty"`
 	// Percent is the overall progress, 0 to 100.
 	Percent             int          `json:"percent"`
 	EstimatedCompletion *metav1.Time `json:"estimatedCompletion,omitempty"`
 	Plugins             []string     `json:"plugins,omitempty"`
+}
+
+// summaryMeta is an OperationsSummary's metadata: its parent's name,
+// namespace and creation.
+type summaryMeta struct {
+	Name              string      `json:"name"`
+	Namespace         string      `json:"namespace"`
+	CreationTimestamp metav1.Time `json:"creationTimestamp"`
 }
 
 type summaryParent struct {
@@ -142,10 +151,9 @@ type summaryAmount struct {
 
 func summaryObject(s Summary) (*unstructured.Unstructured, error) {
 	j := summaryJSON{
-		TypeMeta: metav1.TypeMeta{APIVersion: itemopsv1alpha1.GroupVersion.String(), Kind: SummaryKind},
-		ObjectMeta: metav1.ObjectMeta{Name: s.Parent.Name, Namespace: s.Parent.Namespace,
-			CreationTimestamp: metav1.Time{Time: s.Created}},
-		Parent: summaryParent{Kind: s.Parent.Kind, Name: s.Parent.Name, UID: string(s.UID), Phase: s.Phase},
+		APIVersion: itemopsv1alpha1.GroupVersion.String(), Kind: SummaryKind,
+		Metadata: summaryMeta{Name: s.Parent.Name, Namespace: s.Parent.Namespace, CreationTimestamp: metav1.Time{Time: s.Created}},
+		Parent:   summaryParent{Kind: s.Parent.Kind, Name: s.Parent.Name, UID: string(s.UID), Phase: s.Phase},
 		Operations: summaryOperations{Total: s.Total, Completed: s.Completed, Failed: s.Failed,
 			Running: s.Running, Stalled: s.Stalled},
 		Percent: int(s.Fraction * 100),
