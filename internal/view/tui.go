@@ -160,7 +160,9 @@ func (m *live) View() string {
 	}
 	now := m.now()
 	s := m.snap
-	width := max(m.width, 40)
+	// A line filling the last column leaves some terminals' cursor pending
+	// a wrap, and the next frame's erase misses a character: keep it free.
+	width := max(m.width, 40) - 1
 	var lines []string
 	add := func(line string) { lines = append(lines, ansi.Truncate(line, width, "…")) }
 
