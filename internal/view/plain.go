@@ -53,10 +53,13 @@ func (p *Plain) Show(s Snapshot) error {
 	}
 	sum := Summarize(s)
 	code, ended := Ended(s)
-	// The end line says the last phase.
-	if line := parentLine(sum, now); line != p.parent && !ended {
-		p.parent = line
-		fmt.Fprintf(&b, "%s %s %s\n", stamp, s.Parent, line)
+	// A line for the parent when its phase or counts change, not for every
+	// byte its operations move (their own lines say that); the end line says
+	// the last phase.
+	key := fmt.Sprintf("%s|%d|%d|%d|%d", sum.Phase, sum.Total, sum.Completed, sum.Failed, sum.Stalled)
+	if key != p.parent && !ended {
+		p.parent = key
+		fmt.Fprintf(&b, "%s %s %s\n", stamp, s.Parent, parentLine(sum, now))
 	}
 	for _, o := range Operations(s) {
 		key := opKey(o)

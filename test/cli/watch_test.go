@@ -55,13 +55,13 @@ func TestWatchPrintsOneLinePerChange(t *testing.T) {
 		change()
 	}
 	step(3, func() { setStatus(t, orders, progressAt(now, gi("3Gi"), gi("4Gi"), time.Minute)) })
-	step(5, func() { setStatus(t, search, stalledNow) })
-	step(7, func() {
+	step(4, func() { setStatus(t, search, stalledNow) })
+	step(6, func() {
 		setStatus(t, search, ended(itemopsv1alpha1.OperationPhaseFailed, gi("1Gi"), gi("4Gi"), "upload failed at 25%"))
 	})
-	step(9, func() { setStatus(t, orders, ended(itemopsv1alpha1.OperationPhaseCompleted, gi("4Gi"), gi("4Gi"), "")) })
-	step(11, func() { setBackupPhase(t, b, velerov1api.BackupPhaseFinalizingPartiallyFailed) })
-	step(12, func() { setBackupPhase(t, b, velerov1api.BackupPhasePartiallyFailed) })
+	step(8, func() { setStatus(t, orders, ended(itemopsv1alpha1.OperationPhaseCompleted, gi("4Gi"), gi("4Gi"), "")) })
+	step(10, func() { setBackupPhase(t, b, velerov1api.BackupPhaseFinalizingPartiallyFailed) })
+	step(11, func() { setBackupPhase(t, b, velerov1api.BackupPhasePartiallyFailed) })
 	g.Expect(w.exitCode(g)).To(Equal(1))
 	golden(t, "watch-plain.golden", w.out.String())
 }
