@@ -74,8 +74,8 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" go test -race ./... -count=1 -timeout 20m
 
 .PHONY: test-e2e
-test-e2e: ## Run only the end-to-end suites: the itemops binary, itemops beside the real velero server, and on Velero's CSI data mover.
-	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test ./test/e2e/... ./test/interop/... ./test/datamover/... -count=1 -v -timeout 30m
+test-e2e: ## Run only the end-to-end suites: the itemops binary, itemops beside the real velero server, on Velero's CSI data mover, and kubectl-itemops.
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test ./test/e2e/... ./test/interop/... ./test/datamover/... ./test/cli/... -count=1 -v -timeout 30m
 
 # FUZZTIME bounds each fuzz target of test-chaos; CHAOS_DURATION, CHAOS_BACKUPS
 # and CHAOS_OPERATIONS size its chaos run (make test runs 40s, 6 × 8).
