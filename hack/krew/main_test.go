@@ -25,6 +25,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -69,27 +70,33 @@ func TestArchivesAreReproducibleAndNamedByTheManifest(t *testing.T) {
 	g := NewWithT(t)
 	root, err := filepath.Abs("../..")
 	g.Expect(err).NotTo(HaveOccurred())
+	// The tool runs as make krew runs it: built on its own, not inside this
+	// (race-instrumented) test binary.
+	tool := filepath.Join(t.TempDir(), "krew")
+	build := exec.Command("go", "build", "-o", tool, ".")
+	build.Stderr = os.Stderr
+	g.Expect(build.Run()).To(Succeed())
+	name := "kubectl-itemops_v9.8.7_" + runtime.GOOS + "_" + runtime.GOARCH + ".tar.gz"
 	var sums []string
-	var opts Options
+	var out, manifestPath string
 	for range 2 {
-		out := t.TempDir()
-		opts = Options{Root: root, Version: "v9.8.7", Out: out, Platforms: []Platform{{runtime.GOOS, runtime.GOARCH}},
-			Manifest: filepath.Join(out, "itemops.yaml"), ReleaseURL: "https://example.com/releases"}
-		archives, err := Build(opts)
+		out = t.TempDir()
+		manifestPath = filepath.Join(out, "itemops.yaml")
+		run := exec.Command(tool, "-version", "v9.8.7", "-out", out, "-manifest", manifestPath,
+			"-platforms", runtime.GOOS+"/"+runtime.GOARCH, "-release-url", "https://example.com/releases")
+		run.Dir, run.Stderr = root, os.Stderr
+		g.Expect(run.Run()).To(Succeed())
+		data, err := os.ReadFile(filepath.Join(out, name))
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(archives).To(HaveLen(1))
-		sums = append(sums, archives[0].SHA256)
+		sum := sha256.Sum256(data)
+		sums = append(sums, hex.EncodeToString(sum[:]))
 	}
 	g.Expect(sums[0]).To(Equal(sums[1]), "the same sources give the same archive")
-
-	name := "kubectl-itemops_v9.8.7_" + runtime.GOOS + "_" + runtime.GOARCH + ".tar.gz"
-	data, err := os.ReadFile(filepath.Join(opts.Out, name))
+	data, err := os.ReadFile(filepath.Join(out, name))
 	g.Expect(err).NotTo(HaveOccurred())
-	sum := sha256.Sum256(data)
-	g.Expect(hex.EncodeToString(sum[:])).To(Equal(sums[1]))
 	g.Expect(entries(g, data)).To(Equal(map[string]int64{"LICENSE": 0o644, "kubectl-itemops": 0o755, "kubectl_complete-itemops": 0o755}))
 
-	manifestData, err := os.ReadFile(opts.Manifest)
+	manifestData, err := os.ReadFile(manifestPath)
 	g.Expect(err).NotTo(HaveOccurred())
 	var m krewManifest
 	g.Expect(yaml.UnmarshalStrict(manifestData, &m)).To(Succeed())
