@@ -38,6 +38,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/plugins/sim"
 )
 
 func main() {
@@ -56,6 +57,7 @@ func main() {
 	measure := flag.Bool("capacity", true, "first measure the status writes per second the API server takes alone")
 	out := flag.String("out", "", "results directory (default test/bench/results in the checkout)")
 	extra := flag.String("itemops-args", "", "more itemops flags, space separated")
+	shape := flag.String("shape", sim.ShapeConstant, `the sample plugin's progress: "" at a constant rate, "real" wandering ±50%, with pauses of 5-30 s and a final burst`)
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
 
@@ -88,7 +90,7 @@ func main() {
 			fail(fmt.Errorf("-ops: %q is not a number of operations of at least -parents (%d)", s, *parents))
 		}
 		for _, v := range variants {
-			cfg := config{ops: n, parents: *parents, sync: *sync, update: *update, polling: v,
+			cfg := config{ops: n, parents: *parents, sync: *sync, update: *update, polling: v, shape: *shape,
 				minDuration: *minDuration, maxDuration: *maxDuration, extraArgs: append(v.args(), strings.Fields(*extra)...)}
 			fmt.Fprintf(os.Stderr, "bench: %d operations over %d Backups, sync %s, %s polling\n", n, *parents, *sync, v)
 			r, err := run(context.Background(), root, cfg)

@@ -200,8 +200,12 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 func (r *result) summary() string {
-	return fmt.Sprintf("bench: %d ops, %s polling: %.0f Progress calls/s, %.1f%% of polls within the interval (wait p99 %s, max %s), detection p50 %s p99 %s, parent p50 %s p99 %s, %.2f API writes/op, CPU %.1fs, peak RSS %s, %d plugin launches%s",
-		r.cfg.ops, r.cfg.polling, r.callsPerSecond, 100*r.polledShare, round(r.waitP99), round(r.waitMax), round(r.detectionP50), round(r.detectionP99), round(r.parentP50), round(r.parentP99),
+	shape := ""
+	if r.cfg.shape != "" {
+		shape = ", " + r.cfg.shape + "-shaped progress"
+	}
+	return fmt.Sprintf("bench: %d ops%s, %s polling: %.0f Progress calls/s (%.1f per operation), %.1f%% of polls within the interval (wait p99 %s, max %s), detection p50 %s p99 %s, parent p50 %s p99 %s, %.2f API writes/op, CPU %.1fs, peak RSS %s, %d plugin launches%s",
+		r.cfg.ops, shape, r.cfg.polling, r.callsPerSecond, float64(r.calls)/float64(r.cfg.ops), 100*r.polledShare, round(r.waitP99), round(r.waitMax), round(r.detectionP50), round(r.detectionP99), round(r.parentP50), round(r.parentP99),
 		r.writesPerOp, r.cpuSeconds, mib(r.peakRSS), r.launches, timedOut(r.timedOut))
 }
 

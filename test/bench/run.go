@@ -51,7 +51,9 @@ type config struct {
 	sync, update             time.Duration
 	minDuration, maxDuration time.Duration
 	polling                  variant
-	extraArgs                []string
+	// shape is the sample plugin's shape of progress: sim.ShapeConstant or sim.ShapeReal.
+	shape     string
+	extraArgs []string
 }
 
 const datamover = "itemops.io/sample-datamover"
@@ -135,6 +137,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 		d := ops[i].completes.Sub(time.Time{})
 		size := int64(d / time.Millisecond) // 1 KiB per ms at 1 MiB/s: the size is the duration
 		st := sim.NewState(ops[i].id, "upload", ops[i].id, size<<10, 1<<20, t0)
+		st.Shape = cfg.shape
 		if err := store.Put(st); err != nil {
 			return nil, err
 		}

@@ -52,6 +52,9 @@ const (
 	AnnotationSize = "itemops.io/sample-size"
 	// AnnotationSpeed is bytes per second, a quantity such as 100Mi. Default 100Mi.
 	AnnotationSpeed = "itemops.io/sample-speed"
+	// AnnotationShape is how the rate varies: "real" for a rate that
+	// wanders, pauses and ends in a burst (ShapeReal); constant otherwise.
+	AnnotationShape = "itemops.io/sample-shape"
 	// AnnotationFailAt makes the operation fail when it reaches this percentage.
 	AnnotationFailAt = "itemops.io/sample-fail-at"
 	// AnnotationStallAt makes the transfer stop moving, without failing, at
@@ -102,11 +105,13 @@ const faultCheck = 50 * time.Millisecond
 
 // State is one simulated operation, as stored in its file.
 type State struct {
-	ID           string        `json:"id"`
-	Direction    string        `json:"direction"`
-	Item         string        `json:"item"`
-	Size         int64         `json:"size"`
-	Speed        int64         `json:"speed"`
+	ID        string `json:"id"`
+	Direction string `json:"direction"`
+	Item      string `json:"item"`
+	Size      int64  `json:"size"`
+	Speed     int64  `json:"speed"`
+	// Shape is how the rate varies around Speed: ShapeConstant or ShapeReal.
+	Shape        string        `json:"shape,omitempty"`
 	FailAt       int           `json:"failAt"`
 	StallAt      int           `json:"stallAt"`
 	HangForever  bool          `json:"hangForever,omitempty"`
@@ -151,17 +156,16 @@ func (a *Answer) progress() velero.OperationProgress {
 
 // Duration is how long the transfer takes in all.
 func (s *State) Duration() time.Duration {
-	return time.Duration(float64(s.Size) / float64(s.Speed) * float64(time.Second))
+	return s.timeToMove(s.Size)
 }
 
 // CompletesAt is when the transfer finishes (or fails, with FailAt), by the
 // plugin's own clock: the plugin-side completion time.
 func (s *State) CompletesAt() time.Time {
-	d := s.Duration()
 	if s.FailAt >= 0 {
-		d = d * time.Duration(s.FailAt) / 100
+		return s.Started.Add(s.timeToMove(int64(s.FailAt) * s.Size / 100))
 	}
-	return s.Started.Add(d)
+	return s.Started.Add(s.Duration())
 }
 
 // Store keeps operation states in a directory.
@@ -309,6 +313,12 @@ func (s *Store) StartAt(direction, item string, annotations map[string]string, a
 		}
 	}
 	st.IgnoreCancel = annotations[AnnotationIgnoreCancel] == "true"
+	switch v := annotations[AnnotationShape]; v {
+	case ShapeConstant, ShapeReal:
+		st.Shape = v
+	default:
+		return "", fmt.Errorf("%s must be %q or empty, got %q", AnnotationShape, ShapeReal, v)
+	}
 
 	suffix := make([]byte, 6)
 	if _, err := rand.Read(suffix); err != nil {
@@ -425,8 +435,7 @@ func (st *State) progressAt(now time.Time) velero.OperationProgress {
 	if st.Canceled != nil && !st.IgnoreCancel {
 		at = *st.Canceled
 	}
-	done := int64(at.Sub(st.Started).Seconds() * float64(st.Speed))
-	done = max(0, min(done, st.Size))
+	done := st.movedAfter(at.Sub(st.Started))
 	if st.StallAt >= 0 {
 		done = min(done, int64(st.StallAt)*st.Size/100)
 	}
