@@ -119,7 +119,7 @@ func TestBadOperationInput(t *testing.T) {
 			}},
 	}, {
 		name: "more done than in total", upload: answer(sim.Answer{NCompleted: 300, NTotal: 100, Started: now.Unix()}),
-		want: seen{phase: itemopsv1alpha1.OperationPhaseInProgress, condition: "Progressing=True/Polling", event: "Started",
+		want: seen{phase: itemopsv1alpha1.OperationPhaseInProgress, condition: "Progressing=True/Polling",
 			status: func(g Gomega, s itemopsv1alpha1.ItemOperationStatus) {
 				g.Expect(s.Progress).To(Equal("300/100 (100%)"))
 				g.Expect(s.EstimatedCompletion).To(BeNil(), "no estimate from a rate that has already overshot")
@@ -154,7 +154,7 @@ func TestBadOperationInput(t *testing.T) {
 	}, {
 		name: "plugin whose call fails for a moment", upload: map[string]string{sim.AnnotationErrorCalls: "2",
 			sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "2Mi"},
-		want: seen{phase: itemopsv1alpha1.OperationPhaseCompleted, event: "Completed",
+		want: seen{phase: itemopsv1alpha1.OperationPhaseCompleted,
 			status: func(g Gomega, s itemopsv1alpha1.ItemOperationStatus) {
 				g.Expect(s.Error).To(BeEmpty())
 				g.Expect(s.PollFailures).To(BeZero())
@@ -187,11 +187,11 @@ func TestBadOperationInput(t *testing.T) {
 	}, {
 		name: "parent in a phase itemops does not own", upload: map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
 		parentPhase: velerov1api.BackupPhaseInProgress,
-		want:        seen{phase: itemopsv1alpha1.OperationPhaseCompleted, event: "Completed"},
+		want:        seen{phase: itemopsv1alpha1.OperationPhaseCompleted},
 	}, {
 		name: "parent already Completed", upload: map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
 		parentPhase: velerov1api.BackupPhaseCompleted,
-		want:        seen{phase: itemopsv1alpha1.OperationPhaseCompleted, event: "Completed"},
+		want:        seen{phase: itemopsv1alpha1.OperationPhaseCompleted},
 	}}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {

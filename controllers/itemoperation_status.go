@@ -255,12 +255,13 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 	return nil
 }
 
+// phaseEvent reports the ends that need a person: a failure or a cancel.
+// An operation that starts or completes gets no Event: the phase in its
+// status says so, the parent's PhaseChanged Event sums them up, and an
+// Event per operation would be two API writes more for each (see
+// docs/controllers.md).
 func (r *ItemOperationReconciler) phaseEvent(op *itemopsv1alpha1.ItemOperation) {
 	switch op.Status.Phase {
-	case itemopsv1alpha1.OperationPhaseInProgress:
-		r.Recorder.Event(op, corev1.EventTypeNormal, "Started", "the plugin reports the operation running")
-	case itemopsv1alpha1.OperationPhaseCompleted:
-		r.Recorder.Event(op, corev1.EventTypeNormal, "Completed", "the operation completed")
 	case itemopsv1alpha1.OperationPhaseFailed:
 		r.Recorder.Event(op, corev1.EventTypeWarning, "Failed", op.Status.Error)
 	case itemopsv1alpha1.OperationPhaseCanceled:

@@ -81,7 +81,7 @@ func TestBackupWithDataMovementCompletes(t *testing.T) {
 		g.Expect(op.Status.NCompleted).To(Equal(sizes[pvc]), pvc)
 		g.Expect(op.Spec.OperationID).To(Equal(uploads[pvc].Labels[velerov1api.AsyncOperationIDLabel]))
 		g.Expect(uploads[pvc].Status.Phase).To(Equal(velerov2alpha1.DataUploadPhaseCompleted))
-		g.Expect(eventsOf(g, op.UID)).To(ContainElement(HaveField("Reason", "Completed")))
+		g.Expect(eventsOf(g, op.UID)).NotTo(ContainElement(HaveField("Type", corev1.EventTypeWarning)), pvc)
 	}
 	records := operationsFile(g, b.Name)
 	g.Expect(records).To(HaveLen(3))
