@@ -57,12 +57,17 @@ verify: ## Fail when generated files (dist/install.yaml too) are stale, code is 
 envtest: ## Build (once per machine) the kube-apiserver and etcd the tests run against.
 	@hack/envtest-assets.sh
 
+# LABELS (a Ginkgo label filter) and FOCUS (a regular expression on the specs'
+# descriptions) run a subset: `make test LABELS=velero`, `make test FOCUS="cancel"`.
+# The JUnit reports, one per suite, go to ARTIFACTS. See docs/testing.md.
+LABELS    ?=
+FOCUS     ?=
+ARTIFACTS ?= $(CURDIR)/_artifacts
+
 .PHONY: test
-test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suite included.
+test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suites included (LABELS=, FOCUS= run a subset; JUnit reports in _artifacts/).
 	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws, velero,
 	@# versitygw, helm) are built once per machine; build them while the checks run.
-	@# The suites that run velero server take turns (veleroenv.LockServer), so a
-	@# package may wait for another: hence the longer timeout.
 	assets_out="$$(mktemp)"; trap 'rm -f "$$assets_out"' EXIT; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
 	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \
@@ -71,11 +76,11 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  hack/envtest-assets.sh > "$$assets_out" & assets=$$!; \
 	  $(MAKE) --no-print-directory verify vet; \
 	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$assets; \
-	  KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" go test -race ./... -count=1 -timeout 20m
+	  KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh
 
 .PHONY: test-e2e
-test-e2e: ## Run only the end-to-end suites: the itemops binary, itemops beside the real velero server, on Velero's CSI data mover, and kubectl-itemops.
-	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test ./test/e2e/... ./test/interop/... ./test/datamover/... ./test/cli/... -count=1 -v -timeout 30m
+test-e2e: ## Run only the end-to-end suites (label e2e): the itemops binary, itemops beside the real velero server, on Velero's CSI data mover, and kubectl-itemops.
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" LABELS='e2e$(if $(LABELS), && ($(LABELS)))' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' RACE=0 hack/test.sh
 
 # FUZZTIME bounds each fuzz target of test-chaos; CHAOS_DURATION, CHAOS_BACKUPS
 # and CHAOS_OPERATIONS size its chaos run (make test runs 40s, 6 × 8).
@@ -85,10 +90,10 @@ CHAOS_BACKUPS ?= 20
 CHAOS_OPERATIONS ?= 20
 
 .PHONY: test-chaos
-test-chaos: ## Run the chaos suite for CHAOS_DURATION (5m; results in test/chaos/results), then every fuzz target for FUZZTIME (1m). make test runs a shorter chaos run and the fuzz seeds.
+test-chaos: ## Run the chaos suite (label chaos) for CHAOS_DURATION (5m; results in test/chaos/results), then every fuzz target for FUZZTIME (1m). make test runs a shorter chaos run and the fuzz seeds.
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" ITEMOPS_CHAOS_DURATION=$(CHAOS_DURATION) ITEMOPS_CHAOS_BACKUPS=$(CHAOS_BACKUPS) \
 	  ITEMOPS_CHAOS_OPERATIONS=$(CHAOS_OPERATIONS) ITEMOPS_CHAOS_RESULTS=$(CURDIR)/test/chaos/results \
-	  go test ./test/chaos -run '^TestChaos$$' -count=1 -v -timeout 60m
+	  LABELS=chaos ARTIFACTS='$(ARTIFACTS)' RACE=0 hack/test.sh
 	go test -run '^$$' -fuzz '^FuzzOperationsFile$$' -fuzztime $(FUZZTIME) ./controllers
 	go test -run '^$$' -fuzz '^FuzzFormat$$' -fuzztime $(FUZZTIME) ./internal/progress
 	go test -run '^$$' -fuzz '^FuzzETA$$' -fuzztime $(FUZZTIME) ./internal/progress

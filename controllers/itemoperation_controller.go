@@ -20,14 +20,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -45,7 +42,6 @@ import (
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
-	"github.com/itemops/itemops/internal/metrics"
 	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/store"
 )
@@ -188,18 +184,6 @@ func (r *ItemOperationReconciler) requestsFor(ctx context.Context, namespace str
 	return requests
 }
 
-// parentState is what the operation needs to know about its Backup or Restore.
-type parentState struct {
-	// gone: deleted, or replaced by another object of the same name.
-	gone    bool
-	failed  bool
-	backup  *velerov1api.Backup
-	restore *velerov1api.Restore
-	timeout *metav1.Duration
-	// deletionRequested: a DeleteBackupRequest names the Backup.
-	deletionRequested bool
-}
-
 // Reconcile implements reconcile.Reconciler.
 func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	op := &itemopsv1alpha1.ItemOperation{}
@@ -312,166 +296,6 @@ func deletionStarted() predicate.Funcs {
 	}}
 }
 
-// etaMargin is added to a predicted completion, so that the poll at the
-// predicted time finds the operation done rather than a moment short of it.
-const etaMargin = 100 * time.Millisecond
-
-// nextPoll is when to poll a running operation again: the sync frequency
-// (with jitter, backed off after failures), or with ETA polling the
-// predicted completion when that comes first (byEstimate). A poll that comes
-// a moment before the operation ends is followed by one just after it, not
-// a whole interval later. Only once an estimate has slipped (a poll made for
-// it found the operation still running) is the next poll no sooner than
-// MinPollInterval: an estimate that keeps slipping costs at most a poll per
-// MinPollInterval until the operation ends.
-//
-// After the first poll by this process the next one is spread over the
-// whole interval. Operations created together, or all of them when the
-// manager starts, would otherwise be polled in waves of thousands at once;
-// at 10,000 operations the end of each wave came later than the interval.
-// Spread, the same polls come at an even rate, for half a poll more per
-// operation.
-func (r *ItemOperationReconciler) nextPoll(op *itemopsv1alpha1.ItemOperation, now time.Time, first, slipped bool) (wait time.Duration, byEstimate bool) {
-	next := jitter(r.pollInterval(op))
-	if first {
-		next = spread(r.pollInterval(op))
-	}
-	if !r.ETAPolling || op.Status.PollFailures > 0 || op.Status.EstimatedCompletion == nil {
-		return next, false
-	}
-	until := op.Status.EstimatedCompletion.Sub(now) + etaMargin
-	if until >= next {
-		return next, false
-	}
-	floor := etaMargin
-	if slipped {
-		floor = r.MinPollInterval
-	}
-	return max(until, floor), true
-}
-
-// maxRetryInterval bounds the backoff between failing polls.
-const maxRetryInterval = 5 * time.Minute
-
-// pollInterval is the sync frequency, doubled for every failed poll in a
-// row, so a plugin in trouble is not hammered.
-func (r *ItemOperationReconciler) pollInterval(op *itemopsv1alpha1.ItemOperation) time.Duration {
-	d := r.SyncFrequency
-	for i := int32(1); i < op.Status.PollFailures && d < maxRetryInterval; i++ {
-		d *= 2
-	}
-	return min(d, max(r.SyncFrequency, maxRetryInterval))
-}
-
-// jitter draws the next poll between 85% and 95% of the interval: early
-// rather than late, so that every operation is still polled at least once
-// per interval. The last 5% is for the workqueue to hand the poll out: at
-// 10,000 operations on two cores a poll due at 100% came up to 260 ms late,
-// and one due at 97% once 341 ms.
-func jitter(d time.Duration) time.Duration {
-	return d - d*5/100 - time.Duration(rand.Int64N(int64(d)/10+1))
-}
-
-// spread is a time drawn evenly between 10% and 95% of d.
-func spread(d time.Duration) time.Duration {
-	return d/10 + time.Duration(rand.Int64N(int64(d)*85/100+1))
-}
-
-// parent reads the operation's Backup or Restore.
-func (r *ItemOperationReconciler) parent(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (*parentState, error) {
-	key := types.NamespacedName{Namespace: op.Namespace, Name: op.Spec.Parent.Name}
-	state := &parentState{}
-	var obj client.Object
-	switch op.Spec.Parent.Kind {
-	case itemopsv1alpha1.ParentKindRestore:
-		state.restore = &velerov1api.Restore{}
-		obj = state.restore
-	default:
-		state.backup = &velerov1api.Backup{}
-		obj = state.backup
-	}
-	if err := r.Client.Get(ctx, key, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			state.gone = true
-			return state, nil
-		}
-		return nil, fmt.Errorf("reading %s %s: %w", op.Spec.Parent.Kind, key.Name, err)
-	}
-	if string(obj.GetUID()) != op.Spec.Parent.UID {
-		state.gone = true
-		return state, nil
-	}
-	if state.backup != nil {
-		state.failed = state.backup.Status.Phase == velerov1api.BackupPhaseFailed
-		state.deletionRequested = state.backup.Status.Phase == velerov1api.BackupPhaseDeleting
-		if state.backup.Spec.ItemOperationTimeout.Duration > 0 {
-			state.timeout = &state.backup.Spec.ItemOperationTimeout
-		}
-		if !state.deletionRequested {
-			requested, err := r.deletionRequested(ctx, state.backup)
-			if err != nil {
-				return nil, err
-			}
-			state.deletionRequested = requested
-		}
-	} else {
-		state.failed = state.restore.Status.Phase == velerov1api.RestorePhaseFailed
-		if state.restore.Spec.ItemOperationTimeout.Duration > 0 {
-			state.timeout = &state.restore.Spec.ItemOperationTimeout
-		}
-	}
-	return state, nil
-}
-
-// deletionRequested reports whether a DeleteBackupRequest made since the
-// backup was created names it.
-func (r *ItemOperationReconciler) deletionRequested(ctx context.Context, backup *velerov1api.Backup) (bool, error) {
-	list := &velerov1api.DeleteBackupRequestList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(backup.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return false, fmt.Errorf("listing DeleteBackupRequests: %w", err)
-	}
-	for _, dbr := range list.Items {
-		if dbr.Spec.BackupName != backup.Name || dbr.CreationTimestamp.Before(&backup.CreationTimestamp) {
-			continue
-		}
-		if uid, ok := dbr.Labels[velerov1api.BackupUIDLabel]; ok && uid != string(backup.UID) {
-			continue
-		}
-		// A processed request for a backup that still exists is one Velero
-		// refused ("backup is still in progress"): the deletion was still
-		// asked for, and cancelling lets the backup end so it can be deleted.
-		return true, nil
-	}
-	return false, nil
-}
-
-// timeout is the operation's own timeout, else its parent's, else the default.
-func (r *ItemOperationReconciler) timeout(op *itemopsv1alpha1.ItemOperation, parent *parentState) time.Duration {
-	if op.Spec.Timeout != nil {
-		return op.Spec.Timeout.Duration
-	}
-	if parent != nil && parent.timeout != nil {
-		return parent.timeout.Duration
-	}
-	return DefaultOperationTimeout
-}
-
-// cancelReason says why the operation must be cancelled now, if it must.
-func cancelReason(op *itemopsv1alpha1.ItemOperation, parent *parentState) (string, string) {
-	kind, name := op.Spec.Parent.Kind, op.Spec.Parent.Name
-	switch {
-	case op.Spec.Cancel:
-		return itemopsv1alpha1.ReasonCancelRequested, "spec.cancel was set"
-	case parent.gone:
-		return itemopsv1alpha1.ReasonParentDeleted, fmt.Sprintf("%s %s (uid %s) no longer exists", kind, name, op.Spec.Parent.UID)
-	case parent.failed:
-		return itemopsv1alpha1.ReasonParentFailed, fmt.Sprintf("%s %s failed", kind, name)
-	case parent.deletionRequested:
-		return itemopsv1alpha1.ReasonBackupDeletionRequested, fmt.Sprintf("deletion of Backup %s was requested", name)
-	}
-	return "", ""
-}
-
 // errSnapshotLocation: a VolumeSnapshotter cannot be called, because the
 // configuration it must be initialised with cannot be read.
 var errSnapshotLocation = errors.New("snapshot location unavailable")
@@ -497,49 +321,6 @@ func (r *ItemOperationReconciler) pluginOperation(ctx context.Context, op *itemo
 	return p, nil
 }
 
-// reconcileDelete cancels an unfinished operation before letting it go.
-func (r *ItemOperationReconciler) reconcileDelete(ctx context.Context, op *itemopsv1alpha1.ItemOperation) error {
-	r.polled.Delete(client.ObjectKeyFromObject(op))
-	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {
-		return nil
-	}
-	if !op.Status.Phase.IsTerminal() {
-		parent, err := r.parent(ctx, op)
-		if err != nil {
-			return err
-		}
-		original := op.DeepCopy()
-		now := r.Clock.Now()
-		r.initialize(op, now)
-		reason, message := itemopsv1alpha1.ReasonObjectDeleted, "the ItemOperation was deleted before the operation finished"
-		if parent.gone {
-			reason, message = cancelReason(op, parent)
-		}
-		if err := r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now); err != nil {
-			if errors.Is(err, errStale) {
-				return err // the workqueue retries on a fresh copy
-			}
-			return client.IgnoreNotFound(err)
-		}
-		if err := r.writeStatus(ctx, original, op, now); err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
-	}
-	return r.removeFinalizer(ctx, op)
-}
-
-func (r *ItemOperationReconciler) removeFinalizer(ctx context.Context, op *itemopsv1alpha1.ItemOperation) error {
-	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {
-		return nil
-	}
-	patch := client.MergeFrom(op.DeepCopy())
-	controllerutil.RemoveFinalizer(op, itemopsv1alpha1.Finalizer)
-	if err := r.Client.Patch(ctx, op, patch); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing the finalizer: %w", err)
-	}
-	return nil
-}
-
 // errStale: the cached copy of an operation is older than the API server's,
 // so acting on it could repeat what a previous reconcile already did.
 var errStale = errors.New("the cached ItemOperation is out of date")
@@ -551,45 +332,6 @@ func staleOr(err error) (ctrl.Result, error) {
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
 	return ctrl.Result{}, err
-}
-
-// cancel calls the plugin's Cancel once per operation, records the answer in
-// the Canceled condition and an Event, and ends the operation in phase.
-// Cancel has an effect outside the API server, so it is only called on a copy
-// that is the API server's latest: a reconcile woken by several events at
-// once must not cancel again on a stale cache.
-func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState,
-	reason, why string, phase itemopsv1alpha1.OperationPhase, now time.Time) error {
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
-	live := &itemopsv1alpha1.ItemOperation{}
-	if err := reader.Get(ctx, client.ObjectKeyFromObject(op), live); err != nil {
-		return fmt.Errorf("reading the operation before cancelling it: %w", err)
-	}
-	if live.ResourceVersion != op.ResourceVersion {
-		return errStale
-	}
-	answer := "the plugin accepted the cancel request"
-	target, err := r.pluginOperation(ctx, op, parent)
-	if err == nil {
-		err = r.Plugins.Cancel(ctx, target)
-	}
-	metrics.CancelCall(op.Spec.Plugin.Kind, op.Spec.Plugin.Name, reason, callResult(err))
-	switch {
-	case errors.Is(err, errSnapshotLocation):
-		answer = "the plugin could not be asked to cancel it: " + err.Error()
-	case err != nil:
-		answer = "the plugin could not cancel it: " + err.Error()
-	}
-	message := why + "; " + answer
-	ctrl.LoggerFrom(ctx).Info("cancelled operation", "reason", reason, "message", message)
-	r.Recorder.Event(op, corev1.EventTypeWarning, reason, "Cancel: "+message)
-	setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, reason, message, now)
-	op.Status.Error = why
-	r.finish(op, phase, now)
-	return nil
 }
 
 // errMessage is the plugin's own words for a failure, without the call's prefix.

@@ -24,6 +24,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	. "github.com/onsi/ginkgo/v2"
+
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,266 +43,6 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/internal/plugin"
 )
-
-func TestPollIntervalBacksOff(t *testing.T) {
-	r := &ItemOperationReconciler{SyncFrequency: 10 * time.Second}
-	cases := map[int32]time.Duration{0: 10 * time.Second, 1: 10 * time.Second, 2: 20 * time.Second,
-		3: 40 * time.Second, 5: 160 * time.Second, 6: 5 * time.Minute, 30: 5 * time.Minute}
-	for failures, want := range cases {
-		op := &itemopsv1alpha1.ItemOperation{Status: itemopsv1alpha1.ItemOperationStatus{PollFailures: failures}}
-		if got := r.pollInterval(op); got != want {
-			t.Errorf("pollInterval after %d failures = %s, want %s", failures, got, want)
-		}
-	}
-}
-
-// TestAPhaseIsNotChangedTwiceFromAStaleCopy: a reconcile working on a cached
-// copy older than the stored one (which another reconcile already finished)
-// writes nothing and tells nobody.
-func TestAPhaseIsNotChangedTwiceFromAStaleCopy(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	stored := &itemopsv1alpha1.ItemOperation{
-		ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero"},
-		Status:     itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress},
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(stored).WithStatusSubresource(stored).Build()
-	ctx := context.Background()
-	stale := &itemopsv1alpha1.ItemOperation{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(stored), stale); err != nil {
-		t.Fatal(err)
-	}
-	// Another reconcile finishes it first.
-	done := stale.DeepCopy()
-	done.Status.Phase = itemopsv1alpha1.OperationPhaseFailed
-	if err := c.Status().Update(ctx, done); err != nil {
-		t.Fatal(err)
-	}
-
-	recorder := record.NewFakeRecorder(10)
-	r := &ItemOperationReconciler{Client: c, Recorder: recorder}
-	op := stale.DeepCopy()
-	op.Status.Phase = itemopsv1alpha1.OperationPhaseFailed
-	op.Status.Error = "from the stale copy"
-	if err := r.writeStatus(ctx, stale, op, time.Now()); !errors.Is(err, errStale) {
-		t.Fatalf("a conflict must be retried on a fresh copy, got %v", err)
-	}
-	if len(recorder.Events) != 0 {
-		t.Errorf("an Event was recorded for a phase change that was not written: %s", <-recorder.Events)
-	}
-	got := &itemopsv1alpha1.ItemOperation{}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(stored), got); err != nil {
-		t.Fatal(err)
-	}
-	if got.Status.Error != "" {
-		t.Errorf("the stale copy's status was written: %q", got.Status.Error)
-	}
-}
-
-func TestETAPollingPollsAtThePredictedCompletion(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	eta := func(d time.Duration) *itemopsv1alpha1.ItemOperation {
-		return &itemopsv1alpha1.ItemOperation{Status: itemopsv1alpha1.ItemOperationStatus{EstimatedCompletion: &metav1.Time{Time: now.Add(d)}}}
-	}
-	on := &ItemOperationReconciler{SyncFrequency: 10 * time.Second, ETAPolling: true, MinPollInterval: time.Second}
-	off := &ItemOperationReconciler{SyncFrequency: 10 * time.Second, MinPollInterval: time.Second}
-	cases := []struct {
-		name       string
-		r          *ItemOperationReconciler
-		op         *itemopsv1alpha1.ItemOperation
-		slipped    bool
-		min, max   time.Duration
-		byEstimate bool
-	}{
-		{"done before the next poll", on, eta(3 * time.Second), false, 3*time.Second + etaMargin, 3*time.Second + etaMargin, true},
-		{"done after the next poll", on, eta(time.Minute), false, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
-		{"done any moment", on, eta(300 * time.Millisecond), false, 300*time.Millisecond + etaMargin, 300*time.Millisecond + etaMargin, true},
-		{"done any moment, estimate slipped", on, eta(300 * time.Millisecond), true, time.Second, time.Second, true},
-		{"estimate passed", on, eta(-time.Second), false, etaMargin, etaMargin, true},
-		{"estimate passed and slipped", on, eta(-time.Second), true, time.Second, time.Second, true},
-		{"slipped, done after the next poll", on, eta(time.Minute), true, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
-		{"no prediction", on, &itemopsv1alpha1.ItemOperation{}, false, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
-		{"failing polls back off", on, func() *itemopsv1alpha1.ItemOperation {
-			op := eta(3 * time.Second)
-			op.Status.PollFailures = 2
-			return op
-		}(), false, 17000 * time.Millisecond, 19000 * time.Millisecond, false},
-		{"off", off, eta(3 * time.Second), false, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
-	}
-	for _, tc := range cases {
-		got, byEstimate := tc.r.nextPoll(tc.op, now, false, tc.slipped)
-		if got < tc.min || got > tc.max {
-			t.Errorf("%s: next poll in %s, want %s to %s", tc.name, got, tc.min, tc.max)
-		}
-		if byEstimate != tc.byEstimate {
-			t.Errorf("%s: next poll by the estimate: %t, want %t", tc.name, byEstimate, tc.byEstimate)
-		}
-	}
-}
-
-// TestTheFirstPollSpreadsTheNextOverTheInterval: operations polled together
-// for the first time are not polled together again, yet each within the
-// interval.
-func TestTheFirstPollSpreadsTheNextOverTheInterval(t *testing.T) {
-	r := &ItemOperationReconciler{SyncFrequency: 10 * time.Second}
-	op := &itemopsv1alpha1.ItemOperation{}
-	lowest, highest := time.Hour, time.Duration(0)
-	buckets := map[time.Duration]int{}
-	for range 2000 {
-		next, _ := r.nextPoll(op, time.Now(), true, false)
-		lowest, highest = min(lowest, next), max(highest, next)
-		buckets[next/time.Second]++
-	}
-	if lowest < time.Second || highest > 9500*time.Millisecond {
-		t.Fatalf("next polls from %s to %s, want within 1s to 9.5s", lowest, highest)
-	}
-	for s := time.Duration(1); s < 9; s++ {
-		if n := buckets[s]; n < 100 { // 235 expected in each second
-			t.Errorf("%d of 2000 next polls %ds to %ds after the first, want them spread evenly", n, s, s+1)
-		}
-	}
-	if later, _ := r.nextPoll(op, time.Now(), false, false); later < 8500*time.Millisecond || later > 9500*time.Millisecond {
-		t.Errorf("a later poll comes %s after the previous, want 8.5s to 9.5s", later)
-	}
-}
-
-// TestETAIsMeasuredAtThePluginsTimeOfTheReading: the rate behind the
-// estimate is taken at the plugin's Updated time, not at the reconcile's
-// start, which may be long before the call; and it is not rounded.
-func TestETAIsMeasuredAtThePluginsTimeOfTheReading(t *testing.T) {
-	started := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	reconcileStart := started.Add(7 * time.Second)
-	reading := started.Add(10*time.Second + 300*time.Millisecond)
-	op := &itemopsv1alpha1.ItemOperation{Status: itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress}}
-	r := &ItemOperationReconciler{}
-	r.applyProgress(op, velero.OperationProgress{NCompleted: 50, NTotal: 100, Started: started, Updated: reading}, reconcileStart)
-	want := started.Add(20*time.Second + 600*time.Millisecond)
-	if got := op.Status.EstimatedCompletion; got == nil || !got.Time.Equal(want) {
-		t.Errorf("estimated completion = %v, want %v", got, want)
-	}
-}
-
-// TestProgressWritesGiveWayWhenTheBudgetIsSpent: progress, and the first
-// InProgress, are skipped without budget; an end is always written.
-func TestProgressWritesGiveWayWhenTheBudgetIsSpent(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	stored := &itemopsv1alpha1.ItemOperation{
-		ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero"},
-		Status:     itemopsv1alpha1.ItemOperationStatus{},
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(stored).WithStatusSubresource(stored).Build()
-	ctx := context.Background()
-	r := &ItemOperationReconciler{Client: c, Recorder: record.NewFakeRecorder(10), ProgressUpdateInterval: time.Second,
-		StatusWrites: rate.NewLimiter(0, 0)}
-	now := time.Now()
-	get := func() *itemopsv1alpha1.ItemOperation {
-		got := &itemopsv1alpha1.ItemOperation{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(stored), got); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
-
-	original := get()
-	op := original.DeepCopy()
-	r.initialize(op, now)
-	op.Status.Phase = itemopsv1alpha1.OperationPhaseInProgress
-	op.Status.NCompleted, op.Status.NTotal = 5, 10
-	setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionTrue, itemopsv1alpha1.ReasonPolling, "polling", now)
-	if err := r.writeStatus(ctx, original, op, now); err != nil {
-		t.Fatal(err)
-	}
-	if got := get(); got.Status.Phase != "" {
-		t.Fatalf("the first InProgress was written without budget: %+v", got.Status)
-	}
-
-	original = get()
-	op = original.DeepCopy()
-	r.initialize(op, now)
-	op.Status.Phase = itemopsv1alpha1.OperationPhaseFailed
-	op.Status.Error = "simulated failure"
-	if err := r.writeStatus(ctx, original, op, now); err != nil {
-		t.Fatal(err)
-	}
-	if got := get(); got.Status.Phase != itemopsv1alpha1.OperationPhaseFailed || got.Status.Error != "simulated failure" {
-		t.Fatalf("an end must always be written: %+v", got.Status)
-	}
-
-	// With budget, progress is written.
-	r.StatusWrites = nil
-	stored2 := get()
-	op = stored2.DeepCopy()
-	op.Status.NCompleted = 7
-	if err := r.writeStatus(ctx, stored2, op, now.Add(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	if got := get(); got.Status.NCompleted != 7 {
-		t.Fatalf("progress was not written with budget: %+v", got.Status)
-	}
-}
-
-// TestPluginStringsAreBoundedToWhatTheAPIAccepts: a plugin's huge error,
-// description or units never make a status the API refuses, and a cut
-// never splits a character.
-func TestPluginStringsAreBoundedToWhatTheAPIAccepts(t *testing.T) {
-	huge := strings.Repeat("é", 40000) // two bytes each: a cut at an odd offset splits one
-	s := itemopsv1alpha1.ItemOperationStatus{Error: huge, Description: huge, OperationUnits: huge,
-		Conditions: []metav1.Condition{{Type: itemopsv1alpha1.ConditionProgressing, Message: "failing: " + huge}}}
-	boundStatus(&s)
-	for name, got := range map[string]struct {
-		value string
-		max   int
-	}{"error": {s.Error, maxMessageBytes}, "description": {s.Description, maxDescriptionBytes},
-		"units": {s.OperationUnits, maxUnitsBytes}, "condition message": {s.Conditions[0].Message, maxMessageBytes}} {
-		if len(got.value) > got.max || !utf8.ValidString(got.value) || !strings.HasSuffix(got.value, "…") {
-			t.Errorf("%s: %d bytes, valid UTF-8 %v, want at most %d ending in …", name, len(got.value), utf8.ValidString(got.value), got.max)
-		}
-	}
-	if got := bounded("short", 10); got != "short" {
-		t.Errorf("bounded cut a short string: %q", got)
-	}
-	if got := bounded("a\xffb"+strings.Repeat("x", 20), 10); got != "a\xffb"+strings.Repeat("x", 4)+"…" {
-		t.Errorf("bounded(invalid UTF-8 before the cut) = %q", got)
-	}
-}
-
-// TestOnlyParentChangesThatMatterWakeTheOperations: a Backup's counters move
-// its generation (Velero's CRDs have no status subresource), but must not
-// re-poll its hundred operations; a cancelling phase, a deletion and a new
-// timeout must.
-func TestOnlyParentChangesThatMatterWakeTheOperations(t *testing.T) {
-	old := &velerov1api.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b", Generation: 3},
-		Status: velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations}}
-	changed := func(change func(*velerov1api.Backup)) *velerov1api.Backup {
-		b := old.DeepCopy()
-		b.Generation++
-		change(b)
-		return b
-	}
-	cases := []struct {
-		name string
-		new  *velerov1api.Backup
-		want bool
-	}{
-		{"counters", changed(func(b *velerov1api.Backup) { b.Status.BackupItemOperationsCompleted = 7 }), false},
-		{"finalizing", changed(func(b *velerov1api.Backup) { b.Status.Phase = velerov1api.BackupPhaseFinalizing }), false},
-		{"failed", changed(func(b *velerov1api.Backup) { b.Status.Phase = velerov1api.BackupPhaseFailed }), true},
-		{"deleting", changed(func(b *velerov1api.Backup) { b.Status.Phase = velerov1api.BackupPhaseDeleting }), true},
-		{"deleted", changed(func(b *velerov1api.Backup) { b.DeletionTimestamp = &metav1.Time{Time: time.Now()} }), true},
-		{"timeout", changed(func(b *velerov1api.Backup) { b.Spec.ItemOperationTimeout = metav1.Duration{Duration: time.Hour} }), true},
-	}
-	p := parentChangeMatters()
-	for _, tc := range cases {
-		if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: tc.new}); got != tc.want {
-			t.Errorf("%s: wakes the operations = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
 
 // scriptedPlugin answers Progress with a linear transfer of total bytes at
 // one byte a millisecond from started, measured at the clock's time.
@@ -321,58 +63,6 @@ func (p *scriptedPlugin) Progress(context.Context, plugin.Operation) (velero.Ope
 
 func (p *scriptedPlugin) Cancel(context.Context, plugin.Operation) error { return nil }
 
-// TestAPollJustBeforeTheEndIsFollowedByOneJustAfter: a regular poll that
-// finds an operation about to end polls again at its estimated end, even
-// sooner than the minimum interval; a poll made for an estimate that finds
-// the operation still running (the estimate slipped) waits the minimum.
-func TestAPollJustBeforeTheEndIsFollowedByOneJustAfter(t *testing.T) {
-	// Not on a whole second: a written status comes back with its times
-	// cut to the second, and the next poll must not be timed by those.
-	start := time.Date(2026, 1, 1, 0, 0, 0, 600_000_000, time.UTC)
-	clock := clocktesting.NewFakeClock(start)
-	c, op := oneWaitingOperation(t, "example.io/p", "id")
-	// 10 s long; polls at 9.6 s, then at the estimate (10.1 s).
-	p := &scriptedPlugin{clock: clock, started: start, total: 10_000}
-	r := &ItemOperationReconciler{Client: c, Plugins: p, Recorder: record.NewFakeRecorder(100), Clock: clock,
-		SyncFrequency: 10 * time.Second, ProgressUpdateInterval: 30 * time.Second, StallAfter: time.Hour,
-		MaxProgressFailures: 3, ETAPolling: true, MinPollInterval: time.Second}
-	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
-	ctx := context.Background()
-	reconcile := func() time.Duration {
-		t.Helper()
-		res, err := r.Reconcile(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.RequeueAfter
-	}
-
-	clock.SetTime(start.Add(9600 * time.Millisecond))
-	r.polled.Store(req.NamespacedName, time.Time{}) // polled regularly before
-	if got, want := reconcile(), 400*time.Millisecond+etaMargin; got != want {
-		t.Fatalf("a poll 400ms before the end: next in %s, want %s (at the estimate)", got, want)
-	}
-
-	// The transfer slows down: at the estimate it is still 300 bytes short.
-	p.started = start.Add(300 * time.Millisecond)
-	clock.SetTime(start.Add(10100 * time.Millisecond))
-	if got, want := reconcile(), time.Second; got != want {
-		t.Fatalf("a poll at a slipped estimate: next in %s, want the minimum interval %s", got, want)
-	}
-
-	clock.SetTime(start.Add(11100 * time.Millisecond))
-	if got := reconcile(); got != 0 {
-		t.Fatalf("the finished operation is polled again in %s", got)
-	}
-	got := &itemopsv1alpha1.ItemOperation{}
-	if err := c.Get(ctx, req.NamespacedName, got); err != nil {
-		t.Fatal(err)
-	}
-	if got.Status.Phase != itemopsv1alpha1.OperationPhaseCompleted || p.calls != 3 {
-		t.Fatalf("phase %s after %d Progress calls, want Completed after 3", got.Status.Phase, p.calls)
-	}
-}
-
 // deniedPlugin answers every Progress with the error Velero's data mover
 // returns when itemops' identity may not list DataUploads.
 type deniedPlugin struct{}
@@ -385,59 +75,9 @@ func (deniedPlugin) Progress(context.Context, plugin.Operation) (velero.Operatio
 
 func (deniedPlugin) Cancel(context.Context, plugin.Operation) error { return nil }
 
-// TestAPluginRefusedByTheAPIServerNamesTheMissingPermission: a plugin's own
-// request refused by the API server is a failed poll within the budget, shown
-// as PluginForbidden with the permission, once as an Event; at the end of the
-// budget the operation fails with the same words.
-func TestAPluginRefusedByTheAPIServerNamesTheMissingPermission(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := clocktesting.NewFakeClock(now)
-	c, op := oneWaitingOperation(t, "velero.io/csi-pvc-backupper", "du-1")
-	recorder := record.NewFakeRecorder(100)
-	r := &ItemOperationReconciler{Client: c, Plugins: deniedPlugin{}, Recorder: recorder, Clock: clock,
-		SyncFrequency: 10 * time.Second, ProgressUpdateInterval: 30 * time.Second, StallAfter: time.Hour,
-		MaxProgressFailures: 3, MinPollInterval: time.Second}
-	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
-	ctx := context.Background()
-	const permission = "system:serviceaccount:velero:itemops may not list datauploads.velero.io in namespace velero"
-
-	got := &itemopsv1alpha1.ItemOperation{}
-	for i := 1; i <= 3; i++ {
-		if _, err := r.Reconcile(ctx, req); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Get(ctx, req.NamespacedName, got); err != nil {
-			t.Fatal(err)
-		}
-		if i < 3 {
-			cond := meta.FindStatusCondition(got.Status.Conditions, itemopsv1alpha1.ConditionProgressing)
-			if got.Status.Phase.IsTerminal() || cond == nil || cond.Reason != itemopsv1alpha1.ReasonPluginForbidden ||
-				!strings.Contains(cond.Message, permission) {
-				t.Fatalf("after %d refused polls: phase %s, condition %+v; want it running, PluginForbidden naming %q", i, got.Status.Phase, cond, permission)
-			}
-		}
-		clock.Step(time.Minute)
-	}
-	if got.Status.Phase != itemopsv1alpha1.OperationPhaseFailed || !strings.Contains(got.Status.Error, permission) {
-		t.Errorf("at the end of the budget: phase %s, error %q; want Failed naming %q", got.Status.Phase, got.Status.Error, permission)
-	}
-	var forbidden int
-	for len(recorder.Events) > 0 {
-		if e := <-recorder.Events; strings.Contains(e, itemopsv1alpha1.ReasonPluginForbidden) {
-			forbidden++
-			if !strings.Contains(e, permission) {
-				t.Errorf("the Event does not name the permission: %s", e)
-			}
-		}
-	}
-	if forbidden != 1 {
-		t.Errorf("%d PluginForbidden Events, want 1", forbidden)
-	}
-}
-
 // oneWaitingOperation is a fake client holding a Backup waiting for its
 // plugin operations and its one ItemOperation, of plugin and operation ID.
-func oneWaitingOperation(t *testing.T, plugin, operationID string) (client.Client, *itemopsv1alpha1.ItemOperation) {
+func oneWaitingOperation(t testing.TB, plugin, operationID string) (client.Client, *itemopsv1alpha1.ItemOperation) {
 	t.Helper()
 	backup := &velerov1api.Backup{
 		ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "velero", UID: "uid-b"},
@@ -454,3 +94,377 @@ func oneWaitingOperation(t *testing.T, plugin, operationID string) (client.Clien
 	c := fake.NewClientBuilder().WithScheme(unitScheme(t)).WithObjects(backup, op).WithStatusSubresource(op).Build()
 	return c, op
 }
+
+var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("unit"), func() {
+	It("poll interval backs off", func() {
+		t := GinkgoTB()
+		r := &ItemOperationReconciler{SyncFrequency: 10 * time.Second}
+		cases := map[int32]time.Duration{0: 10 * time.Second, 1: 10 * time.Second, 2: 20 * time.Second,
+			3: 40 * time.Second, 5: 160 * time.Second, 6: 5 * time.Minute, 30: 5 * time.Minute}
+		for failures, want := range cases {
+			op := &itemopsv1alpha1.ItemOperation{Status: itemopsv1alpha1.ItemOperationStatus{PollFailures: failures}}
+			if got := r.pollInterval(op); got != want {
+				t.Errorf("pollInterval after %d failures = %s, want %s", failures, got, want)
+			}
+		}
+	})
+
+	// A reconcile working on a cached
+	// copy older than the stored one (which another reconcile already finished)
+	// writes nothing and tells nobody.
+	It("a phase is not changed twice from a stale copy", func() {
+		t := GinkgoTB()
+		scheme := runtime.NewScheme()
+		if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
+			t.Fatal(err)
+		}
+		stored := &itemopsv1alpha1.ItemOperation{
+			ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero"},
+			Status:     itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress},
+		}
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(stored).WithStatusSubresource(stored).Build()
+		ctx := context.Background()
+		stale := &itemopsv1alpha1.ItemOperation{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(stored), stale); err != nil {
+			t.Fatal(err)
+		}
+		// Another reconcile finishes it first.
+		done := stale.DeepCopy()
+		done.Status.Phase = itemopsv1alpha1.OperationPhaseFailed
+		if err := c.Status().Update(ctx, done); err != nil {
+			t.Fatal(err)
+		}
+
+		recorder := record.NewFakeRecorder(10)
+		r := &ItemOperationReconciler{Client: c, Recorder: recorder}
+		op := stale.DeepCopy()
+		op.Status.Phase = itemopsv1alpha1.OperationPhaseFailed
+		op.Status.Error = "from the stale copy"
+		if err := r.writeStatus(ctx, stale, op, time.Now()); !errors.Is(err, errStale) {
+			t.Fatalf("a conflict must be retried on a fresh copy, got %v", err)
+		}
+		if len(recorder.Events) != 0 {
+			t.Errorf("an Event was recorded for a phase change that was not written: %s", <-recorder.Events)
+		}
+		got := &itemopsv1alpha1.ItemOperation{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(stored), got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Error != "" {
+			t.Errorf("the stale copy's status was written: %q", got.Status.Error)
+		}
+	})
+
+	It("ETA polling polls at the predicted completion", func() {
+		t := GinkgoTB()
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		eta := func(d time.Duration) *itemopsv1alpha1.ItemOperation {
+			return &itemopsv1alpha1.ItemOperation{Status: itemopsv1alpha1.ItemOperationStatus{EstimatedCompletion: &metav1.Time{Time: now.Add(d)}}}
+		}
+		on := &ItemOperationReconciler{SyncFrequency: 10 * time.Second, ETAPolling: true, MinPollInterval: time.Second}
+		off := &ItemOperationReconciler{SyncFrequency: 10 * time.Second, MinPollInterval: time.Second}
+		cases := []struct {
+			name       string
+			r          *ItemOperationReconciler
+			op         *itemopsv1alpha1.ItemOperation
+			slipped    bool
+			min, max   time.Duration
+			byEstimate bool
+		}{
+			{"done before the next poll", on, eta(3 * time.Second), false, 3*time.Second + etaMargin, 3*time.Second + etaMargin, true},
+			{"done after the next poll", on, eta(time.Minute), false, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
+			{"done any moment", on, eta(300 * time.Millisecond), false, 300*time.Millisecond + etaMargin, 300*time.Millisecond + etaMargin, true},
+			{"done any moment, estimate slipped", on, eta(300 * time.Millisecond), true, time.Second, time.Second, true},
+			{"estimate passed", on, eta(-time.Second), false, etaMargin, etaMargin, true},
+			{"estimate passed and slipped", on, eta(-time.Second), true, time.Second, time.Second, true},
+			{"slipped, done after the next poll", on, eta(time.Minute), true, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
+			{"no prediction", on, &itemopsv1alpha1.ItemOperation{}, false, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
+			{"failing polls back off", on, func() *itemopsv1alpha1.ItemOperation {
+				op := eta(3 * time.Second)
+				op.Status.PollFailures = 2
+				return op
+			}(), false, 17000 * time.Millisecond, 19000 * time.Millisecond, false},
+			{"off", off, eta(3 * time.Second), false, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
+		}
+		for _, tc := range cases {
+			got, byEstimate := tc.r.nextPoll(tc.op, now, false, tc.slipped)
+			if got < tc.min || got > tc.max {
+				t.Errorf("%s: next poll in %s, want %s to %s", tc.name, got, tc.min, tc.max)
+			}
+			if byEstimate != tc.byEstimate {
+				t.Errorf("%s: next poll by the estimate: %t, want %t", tc.name, byEstimate, tc.byEstimate)
+			}
+		}
+	})
+
+	// Operations polled together
+	// for the first time are not polled together again, yet each within the
+	// interval.
+	It("the first poll spreads the next over the interval", func() {
+		t := GinkgoTB()
+		r := &ItemOperationReconciler{SyncFrequency: 10 * time.Second}
+		op := &itemopsv1alpha1.ItemOperation{}
+		lowest, highest := time.Hour, time.Duration(0)
+		buckets := map[time.Duration]int{}
+		for range 2000 {
+			next, _ := r.nextPoll(op, time.Now(), true, false)
+			lowest, highest = min(lowest, next), max(highest, next)
+			buckets[next/time.Second]++
+		}
+		if lowest < time.Second || highest > 9500*time.Millisecond {
+			t.Fatalf("next polls from %s to %s, want within 1s to 9.5s", lowest, highest)
+		}
+		for s := time.Duration(1); s < 9; s++ {
+			if n := buckets[s]; n < 100 { // 235 expected in each second
+				t.Errorf("%d of 2000 next polls %ds to %ds after the first, want them spread evenly", n, s, s+1)
+			}
+		}
+		if later, _ := r.nextPoll(op, time.Now(), false, false); later < 8500*time.Millisecond || later > 9500*time.Millisecond {
+			t.Errorf("a later poll comes %s after the previous, want 8.5s to 9.5s", later)
+		}
+	})
+
+	// The rate behind the
+	// estimate is taken at the plugin's Updated time, not at the reconcile's
+	// start, which may be long before the call; and it is not rounded.
+	It("ETA is measured at the plugin's time of the reading", func() {
+		t := GinkgoTB()
+		started := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		reconcileStart := started.Add(7 * time.Second)
+		reading := started.Add(10*time.Second + 300*time.Millisecond)
+		op := &itemopsv1alpha1.ItemOperation{Status: itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress}}
+		r := &ItemOperationReconciler{}
+		r.applyProgress(op, velero.OperationProgress{NCompleted: 50, NTotal: 100, Started: started, Updated: reading}, reconcileStart)
+		want := started.Add(20*time.Second + 600*time.Millisecond)
+		if got := op.Status.EstimatedCompletion; got == nil || !got.Time.Equal(want) {
+			t.Errorf("estimated completion = %v, want %v", got, want)
+		}
+	})
+
+	// Progress, and the first
+	// InProgress, are skipped without budget; an end is always written.
+	It("progress writes give way when the budget is spent", func() {
+		t := GinkgoTB()
+		scheme := runtime.NewScheme()
+		if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
+			t.Fatal(err)
+		}
+		stored := &itemopsv1alpha1.ItemOperation{
+			ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero"},
+			Status:     itemopsv1alpha1.ItemOperationStatus{},
+		}
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(stored).WithStatusSubresource(stored).Build()
+		ctx := context.Background()
+		r := &ItemOperationReconciler{Client: c, Recorder: record.NewFakeRecorder(10), ProgressUpdateInterval: time.Second,
+			StatusWrites: rate.NewLimiter(0, 0)}
+		now := time.Now()
+		get := func() *itemopsv1alpha1.ItemOperation {
+			got := &itemopsv1alpha1.ItemOperation{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(stored), got); err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+
+		original := get()
+		op := original.DeepCopy()
+		r.initialize(op, now)
+		op.Status.Phase = itemopsv1alpha1.OperationPhaseInProgress
+		op.Status.NCompleted, op.Status.NTotal = 5, 10
+		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionTrue, itemopsv1alpha1.ReasonPolling, "polling", now)
+		if err := r.writeStatus(ctx, original, op, now); err != nil {
+			t.Fatal(err)
+		}
+		if got := get(); got.Status.Phase != "" {
+			t.Fatalf("the first InProgress was written without budget: %+v", got.Status)
+		}
+
+		original = get()
+		op = original.DeepCopy()
+		r.initialize(op, now)
+		op.Status.Phase = itemopsv1alpha1.OperationPhaseFailed
+		op.Status.Error = "simulated failure"
+		if err := r.writeStatus(ctx, original, op, now); err != nil {
+			t.Fatal(err)
+		}
+		if got := get(); got.Status.Phase != itemopsv1alpha1.OperationPhaseFailed || got.Status.Error != "simulated failure" {
+			t.Fatalf("an end must always be written: %+v", got.Status)
+		}
+
+		// With budget, progress is written.
+		r.StatusWrites = nil
+		stored2 := get()
+		op = stored2.DeepCopy()
+		op.Status.NCompleted = 7
+		if err := r.writeStatus(ctx, stored2, op, now.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		if got := get(); got.Status.NCompleted != 7 {
+			t.Fatalf("progress was not written with budget: %+v", got.Status)
+		}
+	})
+
+	// A plugin's huge error,
+	// description or units never make a status the API refuses, and a cut
+	// never splits a character.
+	It("plugin strings are bounded to what the API accepts", func() {
+		t := GinkgoTB()
+		huge := strings.Repeat("é", 40000) // two bytes each: a cut at an odd offset splits one
+		s := itemopsv1alpha1.ItemOperationStatus{Error: huge, Description: huge, OperationUnits: huge,
+			Conditions: []metav1.Condition{{Type: itemopsv1alpha1.ConditionProgressing, Message: "failing: " + huge}}}
+		boundStatus(&s)
+		for name, got := range map[string]struct {
+			value string
+			max   int
+		}{"error": {s.Error, maxMessageBytes}, "description": {s.Description, maxDescriptionBytes},
+			"units": {s.OperationUnits, maxUnitsBytes}, "condition message": {s.Conditions[0].Message, maxMessageBytes}} {
+			if len(got.value) > got.max || !utf8.ValidString(got.value) || !strings.HasSuffix(got.value, "…") {
+				t.Errorf("%s: %d bytes, valid UTF-8 %v, want at most %d ending in …", name, len(got.value), utf8.ValidString(got.value), got.max)
+			}
+		}
+		if got := bounded("short", 10); got != "short" {
+			t.Errorf("bounded cut a short string: %q", got)
+		}
+		if got := bounded("a\xffb"+strings.Repeat("x", 20), 10); got != "a\xffb"+strings.Repeat("x", 4)+"…" {
+			t.Errorf("bounded(invalid UTF-8 before the cut) = %q", got)
+		}
+	})
+
+	// A Backup's counters move
+	// its generation (Velero's CRDs have no status subresource), but must not
+	// re-poll its hundred operations; a cancelling phase, a deletion and a new
+	// timeout must.
+	It("only parent changes that matter wake the operations", func() {
+		t := GinkgoTB()
+		old := &velerov1api.Backup{ObjectMeta: metav1.ObjectMeta{Name: "b", Generation: 3},
+			Status: velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations}}
+		changed := func(change func(*velerov1api.Backup)) *velerov1api.Backup {
+			b := old.DeepCopy()
+			b.Generation++
+			change(b)
+			return b
+		}
+		cases := []struct {
+			name string
+			new  *velerov1api.Backup
+			want bool
+		}{
+			{"counters", changed(func(b *velerov1api.Backup) { b.Status.BackupItemOperationsCompleted = 7 }), false},
+			{"finalizing", changed(func(b *velerov1api.Backup) { b.Status.Phase = velerov1api.BackupPhaseFinalizing }), false},
+			{"failed", changed(func(b *velerov1api.Backup) { b.Status.Phase = velerov1api.BackupPhaseFailed }), true},
+			{"deleting", changed(func(b *velerov1api.Backup) { b.Status.Phase = velerov1api.BackupPhaseDeleting }), true},
+			{"deleted", changed(func(b *velerov1api.Backup) { b.DeletionTimestamp = &metav1.Time{Time: time.Now()} }), true},
+			{"timeout", changed(func(b *velerov1api.Backup) { b.Spec.ItemOperationTimeout = metav1.Duration{Duration: time.Hour} }), true},
+		}
+		p := parentChangeMatters()
+		for _, tc := range cases {
+			if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: tc.new}); got != tc.want {
+				t.Errorf("%s: wakes the operations = %v, want %v", tc.name, got, tc.want)
+			}
+		}
+	})
+
+	// A regular poll that
+	// finds an operation about to end polls again at its estimated end, even
+	// sooner than the minimum interval; a poll made for an estimate that finds
+	// the operation still running (the estimate slipped) waits the minimum.
+	It("a poll just before the end is followed by one just after", func() {
+		t := GinkgoTB()
+		// Not on a whole second: a written status comes back with its times
+		// cut to the second, and the next poll must not be timed by those.
+		start := time.Date(2026, 1, 1, 0, 0, 0, 600_000_000, time.UTC)
+		clock := clocktesting.NewFakeClock(start)
+		c, op := oneWaitingOperation(t, "example.io/p", "id")
+		// 10 s long; polls at 9.6 s, then at the estimate (10.1 s).
+		p := &scriptedPlugin{clock: clock, started: start, total: 10_000}
+		r := &ItemOperationReconciler{Client: c, Plugins: p, Recorder: record.NewFakeRecorder(100), Clock: clock,
+			SyncFrequency: 10 * time.Second, ProgressUpdateInterval: 30 * time.Second, StallAfter: time.Hour,
+			MaxProgressFailures: 3, ETAPolling: true, MinPollInterval: time.Second}
+		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
+		ctx := context.Background()
+		reconcile := func() time.Duration {
+			t.Helper()
+			res, err := r.Reconcile(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res.RequeueAfter
+		}
+
+		clock.SetTime(start.Add(9600 * time.Millisecond))
+		r.polled.Store(req.NamespacedName, time.Time{}) // polled regularly before
+		if got, want := reconcile(), 400*time.Millisecond+etaMargin; got != want {
+			t.Fatalf("a poll 400ms before the end: next in %s, want %s (at the estimate)", got, want)
+		}
+
+		// The transfer slows down: at the estimate it is still 300 bytes short.
+		p.started = start.Add(300 * time.Millisecond)
+		clock.SetTime(start.Add(10100 * time.Millisecond))
+		if got, want := reconcile(), time.Second; got != want {
+			t.Fatalf("a poll at a slipped estimate: next in %s, want the minimum interval %s", got, want)
+		}
+
+		clock.SetTime(start.Add(11100 * time.Millisecond))
+		if got := reconcile(); got != 0 {
+			t.Fatalf("the finished operation is polled again in %s", got)
+		}
+		got := &itemopsv1alpha1.ItemOperation{}
+		if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Phase != itemopsv1alpha1.OperationPhaseCompleted || p.calls != 3 {
+			t.Fatalf("phase %s after %d Progress calls, want Completed after 3", got.Status.Phase, p.calls)
+		}
+	})
+
+	// A plugin's own
+	// request refused by the API server is a failed poll within the budget, shown
+	// as PluginForbidden with the permission, once as an Event; at the end of the
+	// budget the operation fails with the same words.
+	It("a plugin refused by the API server names the missing permission", func() {
+		t := GinkgoTB()
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		clock := clocktesting.NewFakeClock(now)
+		c, op := oneWaitingOperation(t, "velero.io/csi-pvc-backupper", "du-1")
+		recorder := record.NewFakeRecorder(100)
+		r := &ItemOperationReconciler{Client: c, Plugins: deniedPlugin{}, Recorder: recorder, Clock: clock,
+			SyncFrequency: 10 * time.Second, ProgressUpdateInterval: 30 * time.Second, StallAfter: time.Hour,
+			MaxProgressFailures: 3, MinPollInterval: time.Second}
+		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
+		ctx := context.Background()
+		const permission = "system:serviceaccount:velero:itemops may not list datauploads.velero.io in namespace velero"
+
+		got := &itemopsv1alpha1.ItemOperation{}
+		for i := 1; i <= 3; i++ {
+			if _, err := r.Reconcile(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+				t.Fatal(err)
+			}
+			if i < 3 {
+				cond := meta.FindStatusCondition(got.Status.Conditions, itemopsv1alpha1.ConditionProgressing)
+				if got.Status.Phase.IsTerminal() || cond == nil || cond.Reason != itemopsv1alpha1.ReasonPluginForbidden ||
+					!strings.Contains(cond.Message, permission) {
+					t.Fatalf("after %d refused polls: phase %s, condition %+v; want it running, PluginForbidden naming %q", i, got.Status.Phase, cond, permission)
+				}
+			}
+			clock.Step(time.Minute)
+		}
+		if got.Status.Phase != itemopsv1alpha1.OperationPhaseFailed || !strings.Contains(got.Status.Error, permission) {
+			t.Errorf("at the end of the budget: phase %s, error %q; want Failed naming %q", got.Status.Phase, got.Status.Error, permission)
+		}
+		var forbidden int
+		for len(recorder.Events) > 0 {
+			if e := <-recorder.Events; strings.Contains(e, itemopsv1alpha1.ReasonPluginForbidden) {
+				forbidden++
+				if !strings.Contains(e, permission) {
+					t.Errorf("the Event does not name the permission: %s", e)
+				}
+			}
+		}
+		if forbidden != 1 {
+			t.Errorf("%d PluginForbidden Events, want 1", forbidden)
+		}
+	})
+})

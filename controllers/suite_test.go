@@ -18,12 +18,13 @@ package controllers
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 
 	"go.uber.org/zap/zapcore"
 	"k8s.io/utils/clock"
@@ -53,54 +54,33 @@ var (
 	files = newFakeStore()
 )
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
+func TestControllers(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Controllers")
 }
 
-func run(m *testing.M) int {
-	flag.Parse()
-	if fuzzing() {
-		// A fuzz target needs no API server, and every fuzz worker
-		// would start its own.
-		return m.Run()
-	}
+// The real parts every process of the suite owns: an API server, the sample
+// plugins behind a plugin manager, and a manager running every reconciler in
+// manage mode. The unit specs use none of them.
+var _ = BeforeSuite(func() {
 	var err error
 	env, err = envtest.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
 
-	dir, err := os.MkdirTemp("", "itemops-controllers-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
+	dir := GinkgoT().TempDir()
 	pluginDir := filepath.Join(dir, "plugins")
-	if err := envtest.BuildSamplePlugins(pluginDir, "sample", "samplev1"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	Expect(envtest.BuildSamplePlugins(pluginDir, "sample", "samplev1")).To(Succeed())
 	// What else a plugin directory may hold: a file that is not a plugin,
-	// and one anyone could replace (see TestBadOperationInput).
+	// and one anyone could replace (see "bad operation input").
 	for name, mode := range map[string]os.FileMode{"not-a-plugin.sh": 0o755, "anyone-can-replace.sh": 0o777} {
 		path := filepath.Join(pluginDir, name)
-		if err := os.WriteFile(path, []byte("#!/bin/sh\necho 'not a plugin'\n"), mode); err == nil {
-			err = os.Chmod(path, mode)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
+		Expect(os.WriteFile(path, []byte("#!/bin/sh\necho 'not a plugin'\n"), mode)).To(Succeed())
+		Expect(os.Chmod(path, mode)).To(Succeed())
 	}
-	if err := os.Setenv("ITEMOPS_SAMPLE_STATE_DIR", filepath.Join(dir, "state")); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	Expect(os.Setenv("ITEMOPS_SAMPLE_STATE_DIR", filepath.Join(dir, "state"))).To(Succeed())
 
-	log := zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr), zap.Level(zapLevel()))
+	log := zap.New(zap.UseDevMode(true), zap.WriteTo(GinkgoWriter), zap.Level(zapLevel()))
 	ctrl.SetLogger(log)
 	plugins = plugin.NewManager(plugin.Options{Dir: pluginDir, CallTimeout: testCallTimeout, Log: log.WithName("plugins")})
 	plugins.Discover(context.Background())
@@ -109,21 +89,12 @@ func run(m *testing.M) int {
 		Scheme:  env.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := SetupIndexes(context.Background(), mgr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := mgr.Add(plugins); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	Expect(err).NotTo(HaveOccurred())
+	Expect(SetupIndexes(context.Background(), mgr)).To(Succeed())
+	Expect(mgr.Add(plugins)).To(Succeed())
 	files.locations = &store.Store{Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(),
 		Namespace: envtest.VeleroNamespace, CredentialsDir: filepath.Join(dir, "credentials")}
-	if err := (&ItemOperationReconciler{
+	Expect((&ItemOperationReconciler{
 		Client:                  mgr.GetClient(),
 		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
@@ -135,42 +106,23 @@ func run(m *testing.M) int {
 		StallAfter:              testStallAfter,
 		MaxProgressFailures:     testMaxFailures,
 		MaxConcurrentReconciles: 4,
-	}).SetupWithManager(mgr); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	}).SetupWithManager(mgr)).To(Succeed())
 	// The suite runs in manage mode: the parents are moved on too.
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
 		NewBackupReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4}),
 		NewRestoreReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4}),
 		&VolumeSnapshotReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("itemops"), Store: files, Clock: clock.RealClock{}},
 	} {
-		if err := r.SetupWithManager(mgr); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
+		Expect(r.SetupWithManager(mgr)).To(Succeed())
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	code := m.Run()
-	cancel()
-	if err := <-done; err != nil {
-		fmt.Fprintln(os.Stderr, "manager:", err)
-	}
-	return code
-}
-
-// fuzzing reports whether this process runs a fuzz target (-fuzz) or is one
-// of its workers.
-func fuzzing() bool {
-	for _, name := range []string{"test.fuzz", "test.fuzzworker"} {
-		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
-			return true
-		}
-	}
-	return false
-}
+	DeferCleanup(func() {
+		cancel()
+		Expect(<-done).To(Succeed(), "the manager stops cleanly")
+	})
+})
 
 // zapLevel keeps the suite quiet unless ITEMOPS_TEST_VERBOSE is set.
 func zapLevel() zapcore.Level {

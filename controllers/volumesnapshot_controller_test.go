@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -41,7 +42,7 @@ const sampleSnapshotter = "itemops.io/sample-snapshotter"
 
 // newSnapshotLocation creates a VolumeSnapshotLocation of the sample
 // snapshotter, with a credential in a Secret as Velero allows.
-func newSnapshotLocation(t *testing.T) string {
+func newSnapshotLocation(t testing.TB) string {
 	t.Helper()
 	ctx := context.Background()
 	name := fmt.Sprintf("snaps-%d", seq.Add(1))
@@ -66,7 +67,7 @@ func newSnapshotLocation(t *testing.T) string {
 
 // takeSnapshot starts a simulated snapshot upload in the sample plugin's
 // state, as its CreateSnapshot would have during the backup.
-func takeSnapshot(t *testing.T, volumeID string, annotations map[string]string) string {
+func takeSnapshot(t testing.TB, volumeID string, annotations map[string]string) string {
 	t.Helper()
 	s, err := sim.NewStore()
 	if err != nil {
@@ -81,7 +82,7 @@ func takeSnapshot(t *testing.T, volumeID string, annotations map[string]string) 
 
 // newSnapshotBackup creates a Backup in phase whose native snapshots are
 // snapshots, as Velero records them.
-func newSnapshotBackup(t *testing.T, phase velerov1api.BackupPhase, timeout time.Duration, started time.Time,
+func newSnapshotBackup(t testing.TB, phase velerov1api.BackupPhase, timeout time.Duration, started time.Time,
 	snapshots func(uid string) []store.VolumeSnapshot) *velerov1api.Backup {
 	t.Helper()
 	ctx := context.Background()
@@ -136,122 +137,130 @@ func backupPhase(g Gomega, b *velerov1api.Backup) velerov1api.BackupPhase {
 	return got.Status.Phase
 }
 
-func TestVolumeSnapshotIsFollowedUntilDurable(t *testing.T) {
-	g := NewWithT(t)
-	location := newSnapshotLocation(t)
-	id := takeSnapshot(t, "vol-pv-a", map[string]string{sim.AnnotationSize: "3Mi", sim.AnnotationSpeed: "1Mi"})
-	backup := newSnapshotBackup(t, velerov1api.BackupPhaseCompleted, time.Hour, time.Now(), func(uid string) []store.VolumeSnapshot {
-		return []store.VolumeSnapshot{
-			{BackupUID: uid, Location: location, PersistentVolumeName: "pv-a", ProviderVolumeID: "vol-pv-a", SnapshotID: id, Phase: "Completed"},
-			// CreateSnapshot failed: nothing uploads, Velero counted it already.
-			{BackupUID: uid, Location: location, PersistentVolumeName: "pv-b", ProviderVolumeID: "vol-pv-b", Phase: "Failed"},
-		}
+var _ = Describe("The VolumeSnapshot reconciler", Label("envtest"), func() {
+	It("VolumeSnapshot is followed until durable", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		location := newSnapshotLocation(t)
+		id := takeSnapshot(t, "vol-pv-a", map[string]string{sim.AnnotationSize: "3Mi", sim.AnnotationSpeed: "1Mi"})
+		backup := newSnapshotBackup(t, velerov1api.BackupPhaseCompleted, time.Hour, time.Now(), func(uid string) []store.VolumeSnapshot {
+			return []store.VolumeSnapshot{
+				{BackupUID: uid, Location: location, PersistentVolumeName: "pv-a", ProviderVolumeID: "vol-pv-a", SnapshotID: id, Phase: "Completed"},
+				// CreateSnapshot failed: nothing uploads, Velero counted it already.
+				{BackupUID: uid, Location: location, PersistentVolumeName: "pv-b", ProviderVolumeID: "vol-pv-b", Phase: "Failed"},
+			}
+		})
+
+		var op itemopsv1alpha1.ItemOperation
+		g.Eventually(func(g Gomega) {
+			ops := snapshotOperationsOf(g, string(backup.UID))
+			g.Expect(ops).To(HaveLen(1))
+			op = ops[0]
+		}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
+		g.Expect(op.Spec.Plugin).To(Equal(itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindVolumeSnapshotter, Name: sampleSnapshotter}))
+		g.Expect(op.Spec.OperationID).To(Equal(id))
+		g.Expect(op.Spec.SnapshotLocation).To(Equal(location))
+		g.Expect(op.Spec.Resource).To(Equal(itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumes", Name: "pv-a"}))
+		g.Expect(op.OwnerReferences).To(HaveLen(1))
+
+		g.Eventually(phaseOf(&op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
+		g.Expect(get(g, &op).Status.Progress).To(MatchRegexp(`/3Mi \(\d+%\)$`))
+		g.Eventually(phaseOf(&op), 10*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCompleted))
+		g.Eventually(func(g Gomega) []string { return parentReasons(g, backup) }).Should(ContainElements("VolumeSnapshotsIngested", "VolumeSnapshotsDurable"))
+		g.Expect(backupPhase(g, backup)).To(Equal(velerov1api.BackupPhaseCompleted), "a snapshot never moves the Backup")
+		g.Expect(pluginState(t, id).ProgressCalls).To(BeNumerically(">=", 2))
 	})
 
-	var op itemopsv1alpha1.ItemOperation
-	g.Eventually(func(g Gomega) {
-		ops := snapshotOperationsOf(g, string(backup.UID))
-		g.Expect(ops).To(HaveLen(1))
-		op = ops[0]
-	}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
-	g.Expect(op.Spec.Plugin).To(Equal(itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindVolumeSnapshotter, Name: sampleSnapshotter}))
-	g.Expect(op.Spec.OperationID).To(Equal(id))
-	g.Expect(op.Spec.SnapshotLocation).To(Equal(location))
-	g.Expect(op.Spec.Resource).To(Equal(itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumes", Name: "pv-a"}))
-	g.Expect(op.OwnerReferences).To(HaveLen(1))
-
-	g.Eventually(phaseOf(&op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
-	g.Expect(get(g, &op).Status.Progress).To(MatchRegexp(`/3Mi \(\d+%\)$`))
-	g.Eventually(phaseOf(&op), 10*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCompleted))
-	g.Eventually(func(g Gomega) []string { return parentReasons(g, backup) }).Should(ContainElements("VolumeSnapshotsIngested", "VolumeSnapshotsDurable"))
-	g.Expect(backupPhase(g, backup)).To(Equal(velerov1api.BackupPhaseCompleted), "a snapshot never moves the Backup")
-	g.Expect(pluginState(t, id).ProgressCalls).To(BeNumerically(">=", 2))
-}
-
-func TestVolumeSnapshotsDoNotHoldTheBackup(t *testing.T) {
-	g := NewWithT(t)
-	location := newSnapshotLocation(t)
-	id := takeSnapshot(t, "vol-pv-slow", map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
-	backup := newSnapshotBackup(t, velerov1api.BackupPhaseWaitingForPluginOperations, time.Hour, time.Now(), func(uid string) []store.VolumeSnapshot {
-		return []store.VolumeSnapshot{{BackupUID: uid, Location: location, PersistentVolumeName: "pv-slow", SnapshotID: id, Phase: "Completed"}}
+	It("VolumeSnapshots do not hold the backup", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		location := newSnapshotLocation(t)
+		id := takeSnapshot(t, "vol-pv-slow", map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
+		backup := newSnapshotBackup(t, velerov1api.BackupPhaseWaitingForPluginOperations, time.Hour, time.Now(), func(uid string) []store.VolumeSnapshot {
+			return []store.VolumeSnapshot{{BackupUID: uid, Location: location, PersistentVolumeName: "pv-slow", SnapshotID: id, Phase: "Completed"}}
+		})
+		// Velero would move on with no item operation left, whatever its
+		// snapshots do; in manage mode itemops does the same.
+		g.Eventually(func(g Gomega) velerov1api.BackupPhase { return backupPhase(g, backup) }, 5*time.Second, 50*time.Millisecond).
+			Should(Equal(velerov1api.BackupPhaseFinalizing))
+		g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase {
+			var phases []itemopsv1alpha1.OperationPhase
+			for _, op := range snapshotOperationsOf(g, string(backup.UID)) {
+				phases = append(phases, op.Status.Phase)
+			}
+			return phases
+		}, 5*time.Second, 50*time.Millisecond).Should(Equal([]itemopsv1alpha1.OperationPhase{itemopsv1alpha1.OperationPhaseInProgress}))
 	})
-	// Velero would move on with no item operation left, whatever its
-	// snapshots do; in manage mode itemops does the same.
-	g.Eventually(func(g Gomega) velerov1api.BackupPhase { return backupPhase(g, backup) }, 5*time.Second, 50*time.Millisecond).
-		Should(Equal(velerov1api.BackupPhaseFinalizing))
-	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase {
-		var phases []itemopsv1alpha1.OperationPhase
-		for _, op := range snapshotOperationsOf(g, string(backup.UID)) {
-			phases = append(phases, op.Status.Phase)
-		}
-		return phases
-	}, 5*time.Second, 50*time.Millisecond).Should(Equal([]itemopsv1alpha1.OperationPhase{itemopsv1alpha1.OperationPhaseInProgress}))
-}
 
-func TestVolumeSnapshotTimeoutCancelsThenFails(t *testing.T) {
-	g := NewWithT(t)
-	location := newSnapshotLocation(t)
-	id := takeSnapshot(t, "vol-pv-stuck", map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
-	backup := newSnapshotBackup(t, velerov1api.BackupPhaseCompleted, 2*time.Second, time.Now(), func(uid string) []store.VolumeSnapshot {
-		return []store.VolumeSnapshot{{BackupUID: uid, Location: location, PersistentVolumeName: "pv-stuck", SnapshotID: id, Phase: "Completed"}}
-	})
-	var op itemopsv1alpha1.ItemOperation
-	g.Eventually(func(g Gomega) {
-		ops := snapshotOperationsOf(g, string(backup.UID))
-		g.Expect(ops).To(HaveLen(1))
-		op = ops[0]
-	}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
-	g.Eventually(phaseOf(&op), 10*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseFailed))
-	c := meta.FindStatusCondition(get(g, &op).Status.Conditions, itemopsv1alpha1.ConditionCanceled)
-	g.Expect(c).NotTo(BeNil())
-	g.Expect(c.Reason).To(Equal(itemopsv1alpha1.ReasonTimedOut))
-	g.Expect(c.Message).To(ContainSubstring("the plugin accepted the cancel request"))
-	g.Expect(pluginState(t, id).Cancels).To(Equal(1), "Cancel reached the snapshotter exactly once")
-	g.Eventually(func(g Gomega) []string { return parentReasons(g, backup) }).Should(ContainElement("VolumeSnapshotsNotDurable"))
-}
-
-func TestVolumeSnapshotWithoutItsLocationIsVisible(t *testing.T) {
-	g := NewWithT(t)
-	backup := newBackup(t)
-	id := takeSnapshot(t, "vol-pv-x", nil)
-	op := newOperation(t, backup, sampleSnapshotter, id, func(op *itemopsv1alpha1.ItemOperation) {
-		op.Spec.Plugin.Kind = itemopsv1alpha1.PluginKindVolumeSnapshotter
-		op.Spec.SnapshotLocation = "no-such-location"
-		op.Spec.Resource = itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumes", Name: "pv-x"}
-	})
-	g.Eventually(func(g Gomega) string {
-		c := meta.FindStatusCondition(get(g, op).Status.Conditions, itemopsv1alpha1.ConditionProgressing)
+	It("VolumeSnapshot timeout cancels then fails", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		location := newSnapshotLocation(t)
+		id := takeSnapshot(t, "vol-pv-stuck", map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
+		backup := newSnapshotBackup(t, velerov1api.BackupPhaseCompleted, 2*time.Second, time.Now(), func(uid string) []store.VolumeSnapshot {
+			return []store.VolumeSnapshot{{BackupUID: uid, Location: location, PersistentVolumeName: "pv-stuck", SnapshotID: id, Phase: "Completed"}}
+		})
+		var op itemopsv1alpha1.ItemOperation
+		g.Eventually(func(g Gomega) {
+			ops := snapshotOperationsOf(g, string(backup.UID))
+			g.Expect(ops).To(HaveLen(1))
+			op = ops[0]
+		}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
+		g.Eventually(phaseOf(&op), 10*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseFailed))
+		c := meta.FindStatusCondition(get(g, &op).Status.Conditions, itemopsv1alpha1.ConditionCanceled)
 		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Message).To(ContainSubstring(`VolumeSnapshotLocation "no-such-location" does not exist`))
-		return c.Reason
-	}, 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.ReasonSnapshotLocationUnavailable))
-	g.Expect(get(g, op).Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseNew), "kept until the location exists or the timeout")
-}
+		g.Expect(c.Reason).To(Equal(itemopsv1alpha1.ReasonTimedOut))
+		g.Expect(c.Message).To(ContainSubstring("the plugin accepted the cancel request"))
+		g.Expect(pluginState(t, id).Cancels).To(Equal(1), "Cancel reached the snapshotter exactly once")
+		g.Eventually(func(g Gomega) []string { return parentReasons(g, backup) }).Should(ContainElement("VolumeSnapshotsNotDurable"))
+	})
 
-func TestVolumeSnapshotOfAMissingLocationIsReportedNotLost(t *testing.T) {
-	g := NewWithT(t)
-	backup := newSnapshotBackup(t, velerov1api.BackupPhaseCompleted, time.Hour, time.Now(), func(uid string) []store.VolumeSnapshot {
-		return []store.VolumeSnapshot{{BackupUID: uid, Location: "deleted-location", PersistentVolumeName: "pv-y", SnapshotID: "snap-y", Phase: "Completed"}}
+	It("VolumeSnapshot without its location is visible", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		backup := newBackup(t)
+		id := takeSnapshot(t, "vol-pv-x", nil)
+		op := newOperation(t, backup, sampleSnapshotter, id, func(op *itemopsv1alpha1.ItemOperation) {
+			op.Spec.Plugin.Kind = itemopsv1alpha1.PluginKindVolumeSnapshotter
+			op.Spec.SnapshotLocation = "no-such-location"
+			op.Spec.Resource = itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumes", Name: "pv-x"}
+		})
+		g.Eventually(func(g Gomega) string {
+			c := meta.FindStatusCondition(get(g, op).Status.Conditions, itemopsv1alpha1.ConditionProgressing)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Message).To(ContainSubstring(`VolumeSnapshotLocation "no-such-location" does not exist`))
+			return c.Reason
+		}, 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.ReasonSnapshotLocationUnavailable))
+		g.Expect(get(g, op).Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseNew), "kept until the location exists or the timeout")
 	})
-	g.Eventually(func(g Gomega) []string { return parentReasons(g, backup) }, 5*time.Second, 50*time.Millisecond).
-		Should(ContainElement("VolumeSnapshotRecordIgnored"))
-	g.Expect(snapshotOperationsOf(g, string(backup.UID))).To(BeEmpty())
-}
 
-func TestSnapshotsOfOldBackupsAreNotRead(t *testing.T) {
-	g := NewWithT(t)
-	location := newSnapshotLocation(t)
-	old := newSnapshotBackup(t, velerov1api.BackupPhaseCompleted, time.Hour, time.Now().Add(-2*time.Hour), func(uid string) []store.VolumeSnapshot {
-		return []store.VolumeSnapshot{{BackupUID: uid, Location: location, PersistentVolumeName: "pv-old", SnapshotID: "snap-old", Phase: "Completed"}}
+	It("VolumeSnapshot of a missing location is reported not lost", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		backup := newSnapshotBackup(t, velerov1api.BackupPhaseCompleted, time.Hour, time.Now(), func(uid string) []store.VolumeSnapshot {
+			return []store.VolumeSnapshot{{BackupUID: uid, Location: "deleted-location", PersistentVolumeName: "pv-y", SnapshotID: "snap-y", Phase: "Completed"}}
+		})
+		g.Eventually(func(g Gomega) []string { return parentReasons(g, backup) }, 5*time.Second, 50*time.Millisecond).
+			Should(ContainElement("VolumeSnapshotRecordIgnored"))
+		g.Expect(snapshotOperationsOf(g, string(backup.UID))).To(BeEmpty())
 	})
-	// A recent backup reconciled after the old one shows the controller has
-	// had its chance at both.
-	id := takeSnapshot(t, "vol-pv-new", map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "10Mi"})
-	recent := newSnapshotBackup(t, velerov1api.BackupPhaseCompleted, time.Hour, time.Now(), func(uid string) []store.VolumeSnapshot {
-		return []store.VolumeSnapshot{{BackupUID: uid, Location: location, PersistentVolumeName: "pv-new", SnapshotID: id, Phase: "Completed"}}
+
+	It("snapshots of old backups are not read", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		location := newSnapshotLocation(t)
+		old := newSnapshotBackup(t, velerov1api.BackupPhaseCompleted, time.Hour, time.Now().Add(-2*time.Hour), func(uid string) []store.VolumeSnapshot {
+			return []store.VolumeSnapshot{{BackupUID: uid, Location: location, PersistentVolumeName: "pv-old", SnapshotID: "snap-old", Phase: "Completed"}}
+		})
+		// A recent backup reconciled after the old one shows the controller has
+		// had its chance at both.
+		id := takeSnapshot(t, "vol-pv-new", map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "10Mi"})
+		recent := newSnapshotBackup(t, velerov1api.BackupPhaseCompleted, time.Hour, time.Now(), func(uid string) []store.VolumeSnapshot {
+			return []store.VolumeSnapshot{{BackupUID: uid, Location: location, PersistentVolumeName: "pv-new", SnapshotID: id, Phase: "Completed"}}
+		})
+		g.Eventually(func(g Gomega) []itemopsv1alpha1.ItemOperation { return snapshotOperationsOf(g, string(recent.UID)) },
+			5*time.Second, 50*time.Millisecond).Should(HaveLen(1))
+		g.Consistently(func() int { return files.snapshotReadsOf(string(old.UID)) }, time.Second, 100*time.Millisecond).Should(BeZero())
+		g.Expect(snapshotOperationsOf(g, string(old.UID))).To(BeEmpty())
 	})
-	g.Eventually(func(g Gomega) []itemopsv1alpha1.ItemOperation { return snapshotOperationsOf(g, string(recent.UID)) },
-		5*time.Second, 50*time.Millisecond).Should(HaveLen(1))
-	g.Consistently(func() int { return files.snapshotReadsOf(string(old.UID)) }, time.Second, 100*time.Millisecond).Should(BeZero())
-	g.Expect(snapshotOperationsOf(g, string(old.UID))).To(BeEmpty())
-}
+})

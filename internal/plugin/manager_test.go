@@ -31,6 +31,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -73,7 +74,7 @@ func (s *logSink) String() string {
 }
 
 // pluginDir returns a new plugin directory holding the named sample binaries.
-func pluginDir(t *testing.T, binaries ...string) string {
+func pluginDir(t testing.TB, binaries ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for _, b := range binaries {
@@ -85,7 +86,7 @@ func pluginDir(t *testing.T, binaries ...string) string {
 }
 
 // newManager discovers the plugins of dir and kills them at the end of the test.
-func newManager(t *testing.T, dir string, timeout time.Duration) (*Manager, *logSink) {
+func newManager(t testing.TB, dir string, timeout time.Duration) (*Manager, *logSink) {
 	t.Helper()
 	logs := &logSink{}
 	m := NewManager(Options{Dir: dir, CallTimeout: timeout, Log: logs.logger()})
@@ -113,7 +114,7 @@ var restore = &velerov1api.Restore{ObjectMeta: metav1.ObjectMeta{Name: "nightly-
 
 // startUpload runs the sample BackupItemAction's Execute over the wire, as
 // Velero's backup controller does, and returns the operation ID.
-func startUpload(t *testing.T, m *Manager, annotations map[string]string) string {
+func startUpload(t testing.TB, m *Manager, annotations map[string]string) string {
 	t.Helper()
 	conn, err := m.connect(context.Background(), "Execute", Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: datamover})
 	if err != nil {
@@ -132,7 +133,7 @@ func startUpload(t *testing.T, m *Manager, annotations map[string]string) string
 }
 
 // startDownload runs the sample RestoreItemAction's Execute over the wire.
-func startDownload(t *testing.T, m *Manager, annotations map[string]string) string {
+func startDownload(t testing.TB, m *Manager, annotations map[string]string) string {
 	t.Helper()
 	conn, err := m.connect(context.Background(), "Execute", Operation{Kind: itemopsv1alpha1.PluginKindRestoreItemAction, Plugin: restorer})
 	if err != nil {
@@ -155,7 +156,7 @@ func download(id string) Operation {
 	return Operation{Kind: itemopsv1alpha1.PluginKindRestoreItemAction, Plugin: restorer, ID: id, Restore: restore}
 }
 
-func state(t *testing.T, id string) *sim.State {
+func state(t testing.TB, id string) *sim.State {
 	t.Helper()
 	store, err := sim.NewStore()
 	if err != nil {
@@ -168,482 +169,519 @@ func state(t *testing.T, id string) *sim.State {
 	return st
 }
 
-func TestDiscoveryListsExactlyTheRegisteredPlugins(t *testing.T) {
-	g := NewWithT(t)
-	m, _ := newManager(t, pluginDir(t, "sample", "samplev1"), 10*time.Second)
-	g.Expect(m.Registry().IDs()).To(Equal([]ID{
-		{common.PluginKindBackupItemAction, v1Backup},
-		{common.PluginKindBackupItemActionV2, datamover},
-		{common.PluginKindRestoreItemAction, v1Restorer},
-		{common.PluginKindRestoreItemActionV2, restorer},
-		{common.PluginKindVolumeSnapshotter, snapshotter},
-		{vsv2.PluginKind, snapshotter},
-	}))
-	g.Expect(m.Registry().Problems()).To(BeEmpty())
-	g.Expect(m.pids()).To(BeEmpty(), "discovery leaves no process running")
-}
-
-func TestDiscoverySkipsAndReportsWhatIsNotAPlugin(t *testing.T) {
-	g := NewWithT(t)
-	dir := pluginDir(t, "samplev1")
-	write := func(name, content string, mode os.FileMode) {
-		g.Expect(os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755)).To(Succeed())
-		g.Expect(os.WriteFile(filepath.Join(dir, name), []byte(content), mode)).To(Succeed())
-	}
-	write("not-a-plugin.sh", "#!/bin/sh\necho 'I am a shell script'\n", 0o755)
-	write("hangs-at-start.sh", "#!/bin/sh\nexec sleep 600\n", 0o755)
-	write("README.md", "not executable, so not looked at\n", 0o644)
-	// Anyone on the node could replace it: never started, not even by discovery.
-	ran := filepath.Join(t.TempDir(), "ran")
-	write("anyone-can-replace.sh", "#!/bin/sh\ntouch "+ran+"\n", 0o755)
-	g.Expect(os.Chmod(filepath.Join(dir, "anyone-can-replace.sh"), 0o777)).To(Succeed())
-	// Two binaries registering the same names, one in a subdirectory.
-	g.Expect(os.Symlink(filepath.Join(binDir, "sample"), filepath.Join(dir, "sample"))).To(Succeed())
-	g.Expect(os.MkdirAll(filepath.Join(dir, "vendor-b"), 0o755)).To(Succeed())
-	g.Expect(os.Symlink(filepath.Join(binDir, "sample"), filepath.Join(dir, "vendor-b", "sample-copy"))).To(Succeed())
-
-	start := time.Now()
-	m, logs := newManager(t, dir, 3*time.Second)
-	g.Expect(time.Since(start)).To(BeNumerically("<", 20*time.Second))
-
-	g.Expect(m.Registry().IDs()).To(Equal([]ID{
-		{common.PluginKindBackupItemAction, v1Backup},
-		{common.PluginKindRestoreItemAction, v1Restorer},
-	}), "the conflicting names are not used, the good binary still is")
-	var problems []string
-	for _, p := range m.Registry().Problems() {
-		problems = append(problems, filepath.Base(p.Path)+": "+p.Err.Error())
-	}
-	g.Expect(problems).To(ConsistOf(
-		"anyone-can-replace.sh: refused: writable by every user (mode 0777)",
-		HavePrefix("hangs-at-start.sh: not a Velero plugin, or it failed the handshake"),
-		HavePrefix("not-a-plugin.sh: not a Velero plugin, or it failed the handshake"),
-		And(HavePrefix("sample-copy: BackupItemActionV2/itemops.io/sample-datamover is also registered by"), ContainSubstring("neither is used")),
-		And(HavePrefix("sample-copy: RestoreItemActionV2/itemops.io/sample-restorer is also registered by"), ContainSubstring("neither is used")),
-		And(HavePrefix("sample-copy: VolumeSnapshotter/itemops.io/sample-snapshotter is also registered by"), ContainSubstring("neither is used")),
-		And(HavePrefix("sample-copy: VolumeSnapshotterV2/itemops.io/sample-snapshotter is also registered by"), ContainSubstring("neither is used")),
-	))
-	g.Expect(logs.String()).To(ContainSubstring("skipping in plugin directory"))
-
-	_, err := m.Progress(context.Background(), upload("x"))
-	g.Expect(errors.Is(err, ErrPluginNotFound)).To(BeTrue(), "got %v", err)
-	g.Expect(err.Error()).To(ContainSubstring("is registered by more than one binary"))
-	g.Expect(ran).NotTo(BeAnExistingFile(), "the world-writable file was run")
-
-	// A name no binary registers: the answer lists what was skipped, one
-	// of which may be the plugin meant.
-	missing := upload("x")
-	missing.Plugin = "example.io/not-installed"
-	_, err = m.Progress(context.Background(), missing)
-	g.Expect(errors.Is(err, ErrPluginNotFound)).To(BeTrue(), "got %v", err)
-	g.Expect(err.Error()).To(And(ContainSubstring("skipped there: "),
-		ContainSubstring("anyone-can-replace.sh: refused: writable by every user (mode 0777)"),
-		ContainSubstring("not-a-plugin.sh: not a Velero plugin")))
-}
-
-func TestMissingPluginDirectoryIsAProblemNotAFailure(t *testing.T) {
-	g := NewWithT(t)
-	m, _ := newManager(t, filepath.Join(t.TempDir(), "nowhere"), time.Second)
-	g.Expect(m.Registry().IDs()).To(BeEmpty())
-	g.Expect(m.Registry().Problems()).To(HaveLen(1))
-	g.Expect(m.Registry().Problems()[0].Err.Error()).To(ContainSubstring("no such file or directory"))
-}
-
-func TestProgressAdvancesAndCompletes(t *testing.T) {
-	g := NewWithT(t)
-	m, logs := newManager(t, pluginDir(t, "sample"), 10*time.Second)
-	id := startUpload(t, m, map[string]string{sim.AnnotationSize: "4Mi", sim.AnnotationSpeed: "2Mi"})
-	ctx := context.Background()
-
-	first, err := m.Progress(ctx, upload(id))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(first.Completed).To(BeFalse())
-	g.Expect(first.NTotal).To(Equal(int64(4 << 20)))
-	g.Expect(first.OperationUnits).To(Equal("Bytes"))
-	g.Expect(first.Started).NotTo(BeZero())
-
-	var last velero.OperationProgress
-	g.Eventually(func() (int64, error) {
-		p, err := m.Progress(ctx, upload(id))
-		last = p
-		return p.NCompleted, err
-	}, 5*time.Second, 100*time.Millisecond).Should(BeNumerically(">", first.NCompleted))
-	g.Eventually(func() (bool, error) {
-		p, err := m.Progress(ctx, upload(id))
-		last = p
-		return p.Completed, err
-	}, 10*time.Second, 200*time.Millisecond).Should(BeTrue())
-	g.Expect(last.NCompleted).To(Equal(last.NTotal))
-	g.Expect(last.Err).To(BeEmpty())
-
-	g.Expect(m.Launches()).To(Equal(int64(2)), "one launch for discovery, one for every call after it")
-	g.Expect(logs.String()).To(ContainSubstring("started simulated upload"), "the plugin's own log lines reach the manager's logger")
-}
-
-func TestRestoreItemActionProgressAndAdditionalItems(t *testing.T) {
-	g := NewWithT(t)
-	m, _ := newManager(t, pluginDir(t, "sample", "samplev1"), 10*time.Second)
-	ctx := context.Background()
-	id := startDownload(t, m, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "10Mi"})
-	g.Eventually(func() (bool, error) {
-		p, err := m.Progress(ctx, download(id))
-		return p.Completed, err
-	}, 5*time.Second, 100*time.Millisecond).Should(BeTrue())
-
-	ready, err := m.AreAdditionalItemsReady(ctx, restorer, restore, []velero.ResourceIdentifier{{Name: "x"}})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(ready).To(BeTrue())
-	ready, err = m.AreAdditionalItemsReady(ctx, v1Restorer, restore, nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(ready).To(BeTrue(), "a v1 plugin has no additional items to wait for")
-}
-
-func TestCancelStopsTheOperation(t *testing.T) {
-	g := NewWithT(t)
-	m, _ := newManager(t, pluginDir(t, "sample"), 10*time.Second)
-	ctx := context.Background()
-	id := startUpload(t, m, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
-
-	p, err := m.Progress(ctx, upload(id))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(p.Completed).To(BeFalse())
-
-	g.Expect(m.Cancel(ctx, upload(id))).To(Succeed())
-	g.Expect(state(t, id).Canceled).NotTo(BeNil())
-	g.Expect(state(t, id).Cancels).To(Equal(1))
-
-	p, err = m.Progress(ctx, upload(id))
-	g.Expect(errors.Is(err, ErrOperationFailed)).To(BeTrue(), "got %v", err)
-	g.Expect(err.Error()).To(ContainSubstring("operation canceled"))
-	g.Expect(p.Completed).To(BeTrue())
-	g.Expect(p.NCompleted).To(BeNumerically("<", p.NTotal))
-
-	// Restores too.
-	rid := startDownload(t, m, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
-	g.Expect(m.Cancel(ctx, download(rid))).To(Succeed())
-	g.Expect(state(t, rid).Canceled).NotTo(BeNil())
-}
-
-func TestTypedErrors(t *testing.T) {
-	m, _ := newManager(t, pluginDir(t, "sample", "samplev1"), 10*time.Second)
-	failing := startUpload(t, m, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "100Mi", sim.AnnotationFailAt: "50"})
-
-	cases := []struct {
-		name      string
-		op        Operation
-		kind      error
-		message   string
-		retryable bool
-	}{
-		{"unknown plugin name", Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: "example.io/nobody", ID: "x"},
-			ErrPluginNotFound, "no binary in", false},
-		{"restore action name asked as a backup action", Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: restorer, ID: "x"},
-			ErrPluginNotFound, "BackupItemActionV2/itemops.io/sample-restorer", false},
-		{"v1 backup item action", Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: v1Backup, ID: "x"},
-			ErrNotSupported, "v1 BackupItemAction", false},
-		{"v1 restore item action", Operation{Kind: itemopsv1alpha1.PluginKindRestoreItemAction, Plugin: v1Restorer, ID: "x"},
-			ErrNotSupported, "v1 RestoreItemAction", false},
-		{"operation ID the plugin does not know", upload("sample-upload-0-000000000000"),
-			ErrInvalidOperationID, "operation ID sample-upload-0-000000000000 is invalid", false},
-		{"operation the plugin reports failed", upload(failing),
-			ErrOperationFailed, "simulated failure at 50%", false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
-			_, err := m.Progress(context.Background(), tc.op)
-			if tc.kind == ErrOperationFailed {
-				g.Eventually(func() error { _, err = m.Progress(context.Background(), tc.op); return err }).Should(HaveOccurred())
-			}
-			g.Expect(err).To(HaveOccurred())
-			g.Expect(errors.Is(err, tc.kind)).To(BeTrue(), "want %v, got %v", tc.kind, err)
-			g.Expect(err.Error()).To(ContainSubstring(tc.message))
-			g.Expect(IsRetryable(err)).To(Equal(tc.retryable))
-			var perr *Error
-			g.Expect(errors.As(err, &perr)).To(BeTrue())
-			g.Expect(perr.Plugin).To(Equal(tc.op.Plugin))
-		})
-	}
-
-	t.Run("cancel of a v1 plugin is a no-op", func(t *testing.T) {
-		g := NewWithT(t)
-		g.Expect(m.Cancel(context.Background(), Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: v1Backup, ID: "x"})).To(Succeed())
-	})
-}
-
-func TestHungProgressReturnsADeadlineErrorInTime(t *testing.T) {
-	g := NewWithT(t)
-	m, _ := newManager(t, pluginDir(t, "sample"), time.Second)
-	hung := startUpload(t, m, map[string]string{sim.AnnotationHangProgress: "true"})
-	healthy := startUpload(t, m, nil)
-
-	start := time.Now()
-	_, err := m.Progress(context.Background(), upload(hung))
-	elapsed := time.Since(start)
-	g.Expect(errors.Is(err, ErrTransport)).To(BeTrue(), "got %v", err)
-	g.Expect(IsRetryable(err)).To(BeTrue())
-	g.Expect(err.Error()).To(ContainSubstring("DeadlineExceeded"))
-	g.Expect(elapsed).To(BeNumerically(">=", 900*time.Millisecond))
-	g.Expect(elapsed).To(BeNumerically("<", 3*time.Second))
-
-	// The hung call does not block the process for anyone else.
-	_, err = m.Progress(context.Background(), upload(healthy))
-	g.Expect(err).NotTo(HaveOccurred())
-
-	// A caller's own shorter deadline wins.
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	start = time.Now()
-	_, err = m.Progress(ctx, upload(hung))
-	g.Expect(IsRetryable(err)).To(BeTrue())
-	g.Expect(time.Since(start)).To(BeNumerically("<", 900*time.Millisecond))
-}
-
-func TestKilledPluginProcessIsRestartedAndOperationsSurvive(t *testing.T) {
-	g := NewWithT(t)
-	m, _ := newManager(t, pluginDir(t, "sample"), 10*time.Second)
-	ctx := context.Background()
-	id := startUpload(t, m, map[string]string{sim.AnnotationSize: "100Mi", sim.AnnotationSpeed: "1Mi"})
-	before, err := m.Progress(ctx, upload(id))
-	g.Expect(err).NotTo(HaveOccurred())
-
-	pids := m.pids()
-	g.Expect(pids).To(HaveLen(1))
-	var pid int
-	for _, p := range pids {
-		pid = p
-	}
-	g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
-	g.Eventually(m.pids).Should(BeEmpty(), "the manager notices the exit")
-
-	after, err := m.Progress(ctx, upload(id))
-	g.Expect(err).NotTo(HaveOccurred(), "the next call restarts the process")
-	g.Expect(after.NCompleted).To(BeNumerically(">=", before.NCompleted), "the same operation ID still reports progress")
-	g.Expect(after.Started).To(BeTemporally("==", before.Started))
-	g.Expect(m.pids()).To(HaveLen(1))
-	g.Expect(m.pids()).NotTo(ContainElement(pid))
-	g.Expect(m.Restarts()).To(Equal(int64(1)))
-}
-
-func TestPluginCrashDuringACallIsAClearErrorThenARestart(t *testing.T) {
-	g := NewWithT(t)
-	m, _ := newManager(t, pluginDir(t, "sample"), 10*time.Second)
-	ctx := context.Background()
-	id := startUpload(t, m, map[string]string{sim.AnnotationCrashOnce: "true", sim.AnnotationSize: "100Mi", sim.AnnotationSpeed: "1Mi"})
-
-	start := time.Now()
-	_, err := m.Progress(ctx, upload(id))
-	g.Expect(errors.Is(err, ErrTransport)).To(BeTrue(), "got %v", err)
-	g.Expect(err.Error()).To(ContainSubstring("Unavailable"))
-	g.Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second), "an in-flight caller does not wait for the deadline")
-
-	g.Eventually(func() error { _, err := m.Progress(ctx, upload(id)); return err }, 10*time.Second, 50*time.Millisecond).
-		Should(Succeed())
-	g.Expect(state(t, id).Crashed).To(BeTrue())
-}
-
-func TestCrashLoopBacksOff(t *testing.T) {
-	g := NewWithT(t)
-	dir := pluginDir(t, "sample")
-	m, _ := newManager(t, dir, 5*time.Second)
-	ctx := context.Background()
-	id := startUpload(t, m, nil)
-	// The binary disappears; every start now fails.
-	g.Expect(os.Remove(filepath.Join(dir, "sample"))).To(Succeed())
-	for _, pid := range m.pids() {
-		g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
-	}
-	g.Eventually(m.pids).Should(BeEmpty())
-
-	_, err := m.Progress(ctx, upload(id))
-	g.Expect(IsRetryable(err)).To(BeTrue(), "got %v", err)
-	g.Expect(err.Error()).To(ContainSubstring("starting"))
-	launches := m.Launches()
-	_, err = m.Progress(ctx, upload(id))
-	g.Expect(IsRetryable(err)).To(BeTrue())
-	g.Expect(err.Error()).To(ContainSubstring("next start in"))
-	g.Expect(m.Launches()).To(Equal(launches), "no start while backing off")
-}
-
-func TestManyConcurrentCallersShareOneProcess(t *testing.T) {
-	g := NewWithT(t)
-	m, _ := newManager(t, pluginDir(t, "sample"), 30*time.Second)
-	ids := make([]string, 10)
-	for i := range ids {
-		ids[i] = startUpload(t, m, map[string]string{sim.AnnotationSize: "1Gi", sim.AnnotationSpeed: "1Mi"})
-	}
-	launches := m.Launches()
-
-	const goroutines, calls = 100, 20
-	errs := make(chan error, goroutines*calls)
-	var wg sync.WaitGroup
-	for i := 0; i < goroutines; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := 0; j < calls; j++ {
-				if _, err := m.Progress(context.Background(), upload(ids[(i+j)%len(ids)])); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	var failures []error
-	for err := range errs {
-		failures = append(failures, err)
-	}
-	g.Expect(failures).To(BeEmpty())
-	g.Expect(m.Launches()).To(Equal(launches), "every call went through the one process")
-	g.Expect(m.pids()).To(HaveLen(1))
-}
-
-func TestCloseKillsEveryPluginProcess(t *testing.T) {
-	g := NewWithT(t)
-	m, _ := newManager(t, pluginDir(t, "sample", "samplev1"), 10*time.Second)
-	ctx := context.Background()
-	startUpload(t, m, nil)
-	_, _ = m.AreAdditionalItemsReady(ctx, restorer, restore, nil)
-	pids := m.pids()
-	g.Expect(pids).To(HaveLen(1))
-
-	m.Close()
-	for _, pid := range pids {
-		g.Eventually(func() error { return syscall.Kill(pid, 0) }, 10*time.Second, 50*time.Millisecond).
-			Should(MatchError(syscall.ESRCH), "plugin process %d outlived the manager", pid)
-	}
-	_, err := m.Progress(ctx, upload("x"))
-	g.Expect(err).To(MatchError(ContainSubstring("plugin manager is shut down")))
-}
-
-func TestThirdPartyPluginIsDiscovered(t *testing.T) {
-	g := NewWithT(t)
-	if awsPluginErr != nil {
-		t.Fatalf("building velero-plugin-for-aws: %v", awsPluginErr)
-	}
-	dir := t.TempDir()
-	g.Expect(os.Symlink(awsPluginPath, filepath.Join(dir, "velero-plugin-for-aws"))).To(Succeed())
-	m, _ := newManager(t, dir, 30*time.Second)
-	g.Expect(m.Registry().Problems()).To(BeEmpty())
-	g.Expect(m.Registry().IDs()).To(ContainElements(
-		ID{common.PluginKindObjectStore, "velero.io/aws"},
-		ID{common.PluginKindVolumeSnapshotter, "velero.io/aws"},
-	))
-}
-
-func TestTheVeleroBinaryIsRunAsRunPlugins(t *testing.T) {
-	g := NewWithT(t)
-	dir := t.TempDir()
-	// Stands in for /velero copied from Velero's image: it serves plugins only
-	// when started as "velero run-plugins".
-	script := "#!/bin/sh\n[ \"$1\" = run-plugins ] || exit 64\nexec " + filepath.Join(binDir, "sample") + "\n"
-	g.Expect(os.WriteFile(filepath.Join(dir, "velero"), []byte(script), 0o755)).To(Succeed())
-	m, _ := newManager(t, dir, 10*time.Second)
-	g.Expect(m.Registry().Problems()).To(BeEmpty())
-	g.Expect(m.Registry().IDs()).To(ContainElement(ID{common.PluginKindBackupItemActionV2, datamover}))
-	id := startUpload(t, m, nil)
-	_, err := m.Progress(context.Background(), upload(id))
-	g.Expect(err).NotTo(HaveOccurred())
-}
-
-// TestNoGoroutineOutlivesTheManager: plugin processes killed and started
-// again, calls that fail and calls that succeed, then Close: no goroutine
-// the manager started is left behind, nor any process.
-func TestNoGoroutineOutlivesTheManager(t *testing.T) {
-	g := NewWithT(t)
-	baseline := runtime.NumGoroutine()
-	m := NewManager(Options{Dir: pluginDir(t, "sample"), CallTimeout: 5 * time.Second, Log: (&logSink{}).logger()})
-	m.Discover(context.Background())
-	id := startUpload(t, m, map[string]string{sim.AnnotationSize: "100Mi", sim.AnnotationSpeed: "1Mi"})
-	var pids []int
-	for range 3 {
-		_, err := m.Progress(context.Background(), upload(id))
-		g.Expect(err).NotTo(HaveOccurred())
-		for _, pid := range m.pids() {
-			pids = append(pids, pid)
-			g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
-		}
-		// The next call finds the process dead, fails or restarts it.
-		g.Eventually(func() error { _, err := m.Progress(context.Background(), upload(id)); return err }, 15*time.Second, 100*time.Millisecond).
-			Should(Succeed())
-	}
-	m.Close()
-	g.Expect(m.Restarts()).To(BeNumerically(">=", 3))
-	for _, pid := range pids {
-		g.Eventually(func() error { return syscall.Kill(pid, 0) }, 10*time.Second, 50*time.Millisecond).Should(MatchError(syscall.ESRCH))
-	}
-	g.Eventually(runtime.NumGoroutine, 10*time.Second, 50*time.Millisecond).Should(BeNumerically("<=", baseline),
-		"goroutines outlived the manager:\n%s", goroutines())
-}
-
 func goroutines() string {
 	buf := make([]byte, 1<<20)
 	return string(buf[:runtime.Stack(buf, true)])
 }
 
-// TestOnlyDiscoveredBinariesAreEverStarted: whatever an operation names as
-// its plugin (a path, a path out of the plugin directory, a binary's file
-// name), nothing is started but a binary discovery found serving that name.
-func TestOnlyDiscoveredBinariesAreEverStarted(t *testing.T) {
-	g := NewWithT(t)
-	dir := pluginDir(t, "sample")
-	ran := filepath.Join(t.TempDir(), "ran")
-	evil := filepath.Join(t.TempDir(), "evil")
-	g.Expect(os.WriteFile(evil, []byte("#!/bin/sh\ntouch "+ran+"\n"), 0o755)).To(Succeed())
-	m, _ := newManager(t, dir, 5*time.Second)
-	launches := m.Launches()
-	for _, name := range []string{evil, "../../../../" + evil, "sample", filepath.Join(dir, "sample"), "/bin/sh", "itemops.io/../../bin/sh"} {
-		op := upload("x")
-		op.Plugin = name
-		_, err := m.Progress(context.Background(), op)
-		g.Expect(errors.Is(err, ErrPluginNotFound)).To(BeTrue(), "plugin %q: %v", name, err)
-		g.Expect(m.Cancel(context.Background(), op)).To(MatchError(ErrPluginNotFound), "plugin %q", name)
-	}
-	g.Expect(m.Launches()).To(Equal(launches), "a process was started")
-	g.Expect(ran).NotTo(BeAnExistingFile())
-}
+var _ = Describe("The plugin manager", func() {
+	It("discovery lists exactly the registered plugins", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		m, _ := newManager(t, pluginDir(t, "sample", "samplev1"), 10*time.Second)
+		g.Expect(m.Registry().IDs()).To(Equal([]ID{
+			{common.PluginKindBackupItemAction, v1Backup},
+			{common.PluginKindBackupItemActionV2, datamover},
+			{common.PluginKindRestoreItemAction, v1Restorer},
+			{common.PluginKindRestoreItemActionV2, restorer},
+			{common.PluginKindVolumeSnapshotter, snapshotter},
+			{vsv2.PluginKind, snapshotter},
+		}))
+		g.Expect(m.Registry().Problems()).To(BeEmpty())
+		g.Expect(m.pids()).To(BeEmpty(), "discovery leaves no process running")
+	})
 
-// TestPluginProcessesGetVelerosNamespaceAndArguments: a plugin process is
-// started as Velero starts it, with Velero's namespace as VELERO_NAMESPACE
-// and --namespace and then the velero server's arguments, whatever
-// VELERO_NAMESPACE itemops itself has.
-func TestPluginProcessesGetVelerosNamespaceAndArguments(t *testing.T) {
-	g := NewWithT(t)
-	argsLog := filepath.Join(t.TempDir(), "launches")
-	t.Setenv(sim.EnvArgsLog, argsLog)
-	t.Setenv("VELERO_NAMESPACE", "not-this-one")
-	m := NewManager(Options{Dir: pluginDir(t, "sample"), CallTimeout: 10 * time.Second, Log: logr.Discard(),
-		Namespace: "backup-system", Args: []string{"--features=EnableCSI", "--client-qps=7"}})
-	m.Discover(context.Background())
-	t.Cleanup(m.Close)
-	startUpload(t, m, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "1Mi"})
+	It("discovery skips and reports what is not a plugin", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		dir := pluginDir(t, "samplev1")
+		write := func(name, content string, mode os.FileMode) {
+			g.Expect(os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755)).To(Succeed())
+			g.Expect(os.WriteFile(filepath.Join(dir, name), []byte(content), mode)).To(Succeed())
+		}
+		write("not-a-plugin.sh", "#!/bin/sh\necho 'I am a shell script'\n", 0o755)
+		write("hangs-at-start.sh", "#!/bin/sh\nexec sleep 600\n", 0o755)
+		write("README.md", "not executable, so not looked at\n", 0o644)
+		// Anyone on the node could replace it: never started, not even by discovery.
+		ran := filepath.Join(t.TempDir(), "ran")
+		write("anyone-can-replace.sh", "#!/bin/sh\ntouch "+ran+"\n", 0o755)
+		g.Expect(os.Chmod(filepath.Join(dir, "anyone-can-replace.sh"), 0o777)).To(Succeed())
+		// Two binaries registering the same names, one in a subdirectory.
+		g.Expect(os.Symlink(filepath.Join(binDir, "sample"), filepath.Join(dir, "sample"))).To(Succeed())
+		g.Expect(os.MkdirAll(filepath.Join(dir, "vendor-b"), 0o755)).To(Succeed())
+		g.Expect(os.Symlink(filepath.Join(binDir, "sample"), filepath.Join(dir, "vendor-b", "sample-copy"))).To(Succeed())
 
-	raw, err := os.ReadFile(argsLog)
-	g.Expect(err).NotTo(HaveOccurred())
-	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
-	g.Expect(lines).To(HaveLen(2), "discovery's process and the one that serves calls")
-	for _, line := range lines {
-		var launch sim.Launch
-		g.Expect(json.Unmarshal([]byte(line), &launch)).To(Succeed())
-		g.Expect(launch.Namespace).To(Equal("backup-system"))
-		g.Expect(launch.Args).To(Equal([]string{"--namespace=backup-system", "--features=EnableCSI", "--client-qps=7"}))
-	}
-}
+		start := time.Now()
+		m, logs := newManager(t, dir, 3*time.Second)
+		g.Expect(time.Since(start)).To(BeNumerically("<", 20*time.Second))
 
-func TestPluginArgumentsAreVelerosCommandLine(t *testing.T) {
-	for _, tc := range []struct {
-		name, path, namespace string
-		extra, want           []string
-	}{
-		{"a third-party binary", "/plugins/velero-plugin-for-aws", "velero", []string{"--log-level=debug"},
-			[]string{"--namespace=velero", "--log-level=debug"}},
-		{"velero serves its built-in plugins as run-plugins", "/plugins/velero", "backups", nil,
-			[]string{"run-plugins", "--namespace=backups"}},
-		{"no namespace, no flag", "/plugins/sample", "", []string{"--features=EnableCSI"}, []string{"--features=EnableCSI"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			NewWithT(t).Expect(pluginArgs(tc.path, tc.namespace, tc.extra)).To(Equal(tc.want))
+		g.Expect(m.Registry().IDs()).To(Equal([]ID{
+			{common.PluginKindBackupItemAction, v1Backup},
+			{common.PluginKindRestoreItemAction, v1Restorer},
+		}), "the conflicting names are not used, the good binary still is")
+		var problems []string
+		for _, p := range m.Registry().Problems() {
+			problems = append(problems, filepath.Base(p.Path)+": "+p.Err.Error())
+		}
+		g.Expect(problems).To(ConsistOf(
+			"anyone-can-replace.sh: refused: writable by every user (mode 0777)",
+			HavePrefix("hangs-at-start.sh: not a Velero plugin, or it failed the handshake"),
+			HavePrefix("not-a-plugin.sh: not a Velero plugin, or it failed the handshake"),
+			And(HavePrefix("sample-copy: BackupItemActionV2/itemops.io/sample-datamover is also registered by"), ContainSubstring("neither is used")),
+			And(HavePrefix("sample-copy: RestoreItemActionV2/itemops.io/sample-restorer is also registered by"), ContainSubstring("neither is used")),
+			And(HavePrefix("sample-copy: VolumeSnapshotter/itemops.io/sample-snapshotter is also registered by"), ContainSubstring("neither is used")),
+			And(HavePrefix("sample-copy: VolumeSnapshotterV2/itemops.io/sample-snapshotter is also registered by"), ContainSubstring("neither is used")),
+		))
+		g.Expect(logs.String()).To(ContainSubstring("skipping in plugin directory"))
+
+		_, err := m.Progress(context.Background(), upload("x"))
+		g.Expect(errors.Is(err, ErrPluginNotFound)).To(BeTrue(), "got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring("is registered by more than one binary"))
+		g.Expect(ran).NotTo(BeAnExistingFile(), "the world-writable file was run")
+
+		// A name no binary registers: the answer lists what was skipped, one
+		// of which may be the plugin meant.
+		missing := upload("x")
+		missing.Plugin = "example.io/not-installed"
+		_, err = m.Progress(context.Background(), missing)
+		g.Expect(errors.Is(err, ErrPluginNotFound)).To(BeTrue(), "got %v", err)
+		g.Expect(err.Error()).To(And(ContainSubstring("skipped there: "),
+			ContainSubstring("anyone-can-replace.sh: refused: writable by every user (mode 0777)"),
+			ContainSubstring("not-a-plugin.sh: not a Velero plugin")))
+	})
+
+	It("missing plugin directory is a problem not a failure", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		m, _ := newManager(t, filepath.Join(t.TempDir(), "nowhere"), time.Second)
+		g.Expect(m.Registry().IDs()).To(BeEmpty())
+		g.Expect(m.Registry().Problems()).To(HaveLen(1))
+		g.Expect(m.Registry().Problems()[0].Err.Error()).To(ContainSubstring("no such file or directory"))
+	})
+
+	It("progress advances and completes", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		m, logs := newManager(t, pluginDir(t, "sample"), 10*time.Second)
+		id := startUpload(t, m, map[string]string{sim.AnnotationSize: "4Mi", sim.AnnotationSpeed: "2Mi"})
+		ctx := context.Background()
+
+		first, err := m.Progress(ctx, upload(id))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(first.Completed).To(BeFalse())
+		g.Expect(first.NTotal).To(Equal(int64(4 << 20)))
+		g.Expect(first.OperationUnits).To(Equal("Bytes"))
+		g.Expect(first.Started).NotTo(BeZero())
+
+		var last velero.OperationProgress
+		g.Eventually(func() (int64, error) {
+			p, err := m.Progress(ctx, upload(id))
+			last = p
+			return p.NCompleted, err
+		}, 5*time.Second, 100*time.Millisecond).Should(BeNumerically(">", first.NCompleted))
+		g.Eventually(func() (bool, error) {
+			p, err := m.Progress(ctx, upload(id))
+			last = p
+			return p.Completed, err
+		}, 10*time.Second, 200*time.Millisecond).Should(BeTrue())
+		g.Expect(last.NCompleted).To(Equal(last.NTotal))
+		g.Expect(last.Err).To(BeEmpty())
+
+		g.Expect(m.Launches()).To(Equal(int64(2)), "one launch for discovery, one for every call after it")
+		g.Expect(logs.String()).To(ContainSubstring("started simulated upload"), "the plugin's own log lines reach the manager's logger")
+	})
+
+	It("restore item action progress and additional items", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		m, _ := newManager(t, pluginDir(t, "sample", "samplev1"), 10*time.Second)
+		ctx := context.Background()
+		id := startDownload(t, m, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "10Mi"})
+		g.Eventually(func() (bool, error) {
+			p, err := m.Progress(ctx, download(id))
+			return p.Completed, err
+		}, 5*time.Second, 100*time.Millisecond).Should(BeTrue())
+
+		ready, err := m.AreAdditionalItemsReady(ctx, restorer, restore, []velero.ResourceIdentifier{{Name: "x"}})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(ready).To(BeTrue())
+		ready, err = m.AreAdditionalItemsReady(ctx, v1Restorer, restore, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(ready).To(BeTrue(), "a v1 plugin has no additional items to wait for")
+	})
+
+	It("cancel stops the operation", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		m, _ := newManager(t, pluginDir(t, "sample"), 10*time.Second)
+		ctx := context.Background()
+		id := startUpload(t, m, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
+
+		p, err := m.Progress(ctx, upload(id))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Completed).To(BeFalse())
+
+		g.Expect(m.Cancel(ctx, upload(id))).To(Succeed())
+		g.Expect(state(t, id).Canceled).NotTo(BeNil())
+		g.Expect(state(t, id).Cancels).To(Equal(1))
+
+		p, err = m.Progress(ctx, upload(id))
+		g.Expect(errors.Is(err, ErrOperationFailed)).To(BeTrue(), "got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring("operation canceled"))
+		g.Expect(p.Completed).To(BeTrue())
+		g.Expect(p.NCompleted).To(BeNumerically("<", p.NTotal))
+
+		// Restores too.
+		rid := startDownload(t, m, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
+		g.Expect(m.Cancel(ctx, download(rid))).To(Succeed())
+		g.Expect(state(t, rid).Canceled).NotTo(BeNil())
+	})
+
+	Describe("typed errors", Ordered, func() {
+		// One plugin process for every case, and an upload of it that fails.
+		var (
+			m       *Manager
+			failing string
+		)
+		BeforeAll(func() {
+			t := GinkgoTB()
+			m, _ = newManager(t, pluginDir(t, "sample", "samplev1"), 10*time.Second)
+			failing = startUpload(t, m, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "100Mi", sim.AnnotationFailAt: "50"})
 		})
-	}
-}
+
+		cases := []struct {
+			name      string
+			op        func() Operation
+			kind      error
+			message   string
+			retryable bool
+		}{
+			{"unknown plugin name", func() Operation {
+				return Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: "example.io/nobody", ID: "x"}
+			},
+				ErrPluginNotFound, "no binary in", false},
+			{"restore action name asked as a backup action", func() Operation {
+				return Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: restorer, ID: "x"}
+			},
+				ErrPluginNotFound, "BackupItemActionV2/itemops.io/sample-restorer", false},
+			{"v1 backup item action", func() Operation {
+				return Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: v1Backup, ID: "x"}
+			},
+				ErrNotSupported, "v1 BackupItemAction", false},
+			{"v1 restore item action", func() Operation {
+				return Operation{Kind: itemopsv1alpha1.PluginKindRestoreItemAction, Plugin: v1Restorer, ID: "x"}
+			},
+				ErrNotSupported, "v1 RestoreItemAction", false},
+			{"operation ID the plugin does not know", func() Operation { return upload("sample-upload-0-000000000000") },
+				ErrInvalidOperationID, "operation ID sample-upload-0-000000000000 is invalid", false},
+			{"operation the plugin reports failed", func() Operation { return upload(failing) },
+				ErrOperationFailed, "simulated failure at 50%", false},
+		}
+		for _, tc := range cases {
+			It(tc.name, func() {
+				g := NewWithT(GinkgoT())
+				op := tc.op()
+				_, err := m.Progress(context.Background(), op)
+				if tc.kind == ErrOperationFailed {
+					g.Eventually(func() error { _, err = m.Progress(context.Background(), op); return err }).Should(HaveOccurred())
+				}
+				g.Expect(err).To(HaveOccurred())
+				g.Expect(errors.Is(err, tc.kind)).To(BeTrue(), "want %v, got %v", tc.kind, err)
+				g.Expect(err.Error()).To(ContainSubstring(tc.message))
+				g.Expect(IsRetryable(err)).To(Equal(tc.retryable))
+				var perr *Error
+				g.Expect(errors.As(err, &perr)).To(BeTrue())
+				g.Expect(perr.Plugin).To(Equal(op.Plugin))
+			})
+		}
+
+		It("cancel of a v1 plugin is a no-op", func() {
+			g := NewWithT(GinkgoT())
+			g.Expect(m.Cancel(context.Background(), Operation{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Plugin: v1Backup, ID: "x"})).To(Succeed())
+		})
+	})
+
+	It("hung progress returns a deadline error in time", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		m, _ := newManager(t, pluginDir(t, "sample"), time.Second)
+		hung := startUpload(t, m, map[string]string{sim.AnnotationHangProgress: "true"})
+		healthy := startUpload(t, m, nil)
+
+		start := time.Now()
+		_, err := m.Progress(context.Background(), upload(hung))
+		elapsed := time.Since(start)
+		g.Expect(errors.Is(err, ErrTransport)).To(BeTrue(), "got %v", err)
+		g.Expect(IsRetryable(err)).To(BeTrue())
+		g.Expect(err.Error()).To(ContainSubstring("DeadlineExceeded"))
+		g.Expect(elapsed).To(BeNumerically(">=", 900*time.Millisecond))
+		g.Expect(elapsed).To(BeNumerically("<", 3*time.Second))
+
+		// The hung call does not block the process for anyone else.
+		_, err = m.Progress(context.Background(), upload(healthy))
+		g.Expect(err).NotTo(HaveOccurred())
+
+		// A caller's own shorter deadline wins.
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start = time.Now()
+		_, err = m.Progress(ctx, upload(hung))
+		g.Expect(IsRetryable(err)).To(BeTrue())
+		g.Expect(time.Since(start)).To(BeNumerically("<", 900*time.Millisecond))
+	})
+
+	It("killed plugin process is restarted and operations survive", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		m, _ := newManager(t, pluginDir(t, "sample"), 10*time.Second)
+		ctx := context.Background()
+		id := startUpload(t, m, map[string]string{sim.AnnotationSize: "100Mi", sim.AnnotationSpeed: "1Mi"})
+		before, err := m.Progress(ctx, upload(id))
+		g.Expect(err).NotTo(HaveOccurred())
+
+		pids := m.pids()
+		g.Expect(pids).To(HaveLen(1))
+		var pid int
+		for _, p := range pids {
+			pid = p
+		}
+		g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+		g.Eventually(m.pids).Should(BeEmpty(), "the manager notices the exit")
+
+		after, err := m.Progress(ctx, upload(id))
+		g.Expect(err).NotTo(HaveOccurred(), "the next call restarts the process")
+		g.Expect(after.NCompleted).To(BeNumerically(">=", before.NCompleted), "the same operation ID still reports progress")
+		g.Expect(after.Started).To(BeTemporally("==", before.Started))
+		g.Expect(m.pids()).To(HaveLen(1))
+		g.Expect(m.pids()).NotTo(ContainElement(pid))
+		g.Expect(m.Restarts()).To(Equal(int64(1)))
+	})
+
+	It("plugin crash during a call is a clear error then a restart", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		m, _ := newManager(t, pluginDir(t, "sample"), 10*time.Second)
+		ctx := context.Background()
+		id := startUpload(t, m, map[string]string{sim.AnnotationCrashOnce: "true", sim.AnnotationSize: "100Mi", sim.AnnotationSpeed: "1Mi"})
+
+		start := time.Now()
+		_, err := m.Progress(ctx, upload(id))
+		g.Expect(errors.Is(err, ErrTransport)).To(BeTrue(), "got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring("Unavailable"))
+		g.Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second), "an in-flight caller does not wait for the deadline")
+
+		g.Eventually(func() error { _, err := m.Progress(ctx, upload(id)); return err }, 10*time.Second, 50*time.Millisecond).
+			Should(Succeed())
+		g.Expect(state(t, id).Crashed).To(BeTrue())
+	})
+
+	It("crash loop backs off", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		dir := pluginDir(t, "sample")
+		m, _ := newManager(t, dir, 5*time.Second)
+		ctx := context.Background()
+		id := startUpload(t, m, nil)
+		// The binary disappears; every start now fails.
+		g.Expect(os.Remove(filepath.Join(dir, "sample"))).To(Succeed())
+		for _, pid := range m.pids() {
+			g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+		}
+		g.Eventually(m.pids).Should(BeEmpty())
+
+		_, err := m.Progress(ctx, upload(id))
+		g.Expect(IsRetryable(err)).To(BeTrue(), "got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring("starting"))
+		launches := m.Launches()
+		_, err = m.Progress(ctx, upload(id))
+		g.Expect(IsRetryable(err)).To(BeTrue())
+		g.Expect(err.Error()).To(ContainSubstring("next start in"))
+		g.Expect(m.Launches()).To(Equal(launches), "no start while backing off")
+	})
+
+	It("many concurrent callers share one process", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		m, _ := newManager(t, pluginDir(t, "sample"), 30*time.Second)
+		ids := make([]string, 10)
+		for i := range ids {
+			ids[i] = startUpload(t, m, map[string]string{sim.AnnotationSize: "1Gi", sim.AnnotationSpeed: "1Mi"})
+		}
+		launches := m.Launches()
+
+		const goroutines, calls = 100, 20
+		errs := make(chan error, goroutines*calls)
+		var wg sync.WaitGroup
+		for i := 0; i < goroutines; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := 0; j < calls; j++ {
+					if _, err := m.Progress(context.Background(), upload(ids[(i+j)%len(ids)])); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		var failures []error
+		for err := range errs {
+			failures = append(failures, err)
+		}
+		g.Expect(failures).To(BeEmpty())
+		g.Expect(m.Launches()).To(Equal(launches), "every call went through the one process")
+		g.Expect(m.pids()).To(HaveLen(1))
+	})
+
+	It("close kills every plugin process", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		m, _ := newManager(t, pluginDir(t, "sample", "samplev1"), 10*time.Second)
+		ctx := context.Background()
+		startUpload(t, m, nil)
+		_, _ = m.AreAdditionalItemsReady(ctx, restorer, restore, nil)
+		pids := m.pids()
+		g.Expect(pids).To(HaveLen(1))
+
+		m.Close()
+		for _, pid := range pids {
+			g.Eventually(func() error { return syscall.Kill(pid, 0) }, 10*time.Second, 50*time.Millisecond).
+				Should(MatchError(syscall.ESRCH), "plugin process %d outlived the manager", pid)
+		}
+		_, err := m.Progress(ctx, upload("x"))
+		g.Expect(err).To(MatchError(ContainSubstring("plugin manager is shut down")))
+	})
+
+	It("third party plugin is discovered", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		if awsPluginErr != nil {
+			t.Fatalf("building velero-plugin-for-aws: %v", awsPluginErr)
+		}
+		dir := t.TempDir()
+		g.Expect(os.Symlink(awsPluginPath, filepath.Join(dir, "velero-plugin-for-aws"))).To(Succeed())
+		m, _ := newManager(t, dir, 30*time.Second)
+		g.Expect(m.Registry().Problems()).To(BeEmpty())
+		g.Expect(m.Registry().IDs()).To(ContainElements(
+			ID{common.PluginKindObjectStore, "velero.io/aws"},
+			ID{common.PluginKindVolumeSnapshotter, "velero.io/aws"},
+		))
+	})
+
+	It("the Velero binary is run as run-plugins", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		dir := t.TempDir()
+		// Stands in for /velero copied from Velero's image: it serves plugins only
+		// when started as "velero run-plugins".
+		script := "#!/bin/sh\n[ \"$1\" = run-plugins ] || exit 64\nexec " + filepath.Join(binDir, "sample") + "\n"
+		g.Expect(os.WriteFile(filepath.Join(dir, "velero"), []byte(script), 0o755)).To(Succeed())
+		m, _ := newManager(t, dir, 10*time.Second)
+		g.Expect(m.Registry().Problems()).To(BeEmpty())
+		g.Expect(m.Registry().IDs()).To(ContainElement(ID{common.PluginKindBackupItemActionV2, datamover}))
+		id := startUpload(t, m, nil)
+		_, err := m.Progress(context.Background(), upload(id))
+		g.Expect(err).NotTo(HaveOccurred())
+	})
+
+	// TestNoGoroutineOutlivesTheManager: plugin processes killed and started
+	// again, calls that fail and calls that succeed, then Close: no goroutine
+	// the manager started is left behind, nor any process.
+	It("no goroutine outlives the manager", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		baseline := runtime.NumGoroutine()
+		m := NewManager(Options{Dir: pluginDir(t, "sample"), CallTimeout: 5 * time.Second, Log: (&logSink{}).logger()})
+		m.Discover(context.Background())
+		id := startUpload(t, m, map[string]string{sim.AnnotationSize: "100Mi", sim.AnnotationSpeed: "1Mi"})
+		var pids []int
+		for range 3 {
+			_, err := m.Progress(context.Background(), upload(id))
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, pid := range m.pids() {
+				pids = append(pids, pid)
+				g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+			}
+			// The next call finds the process dead, fails or restarts it.
+			g.Eventually(func() error { _, err := m.Progress(context.Background(), upload(id)); return err }, 15*time.Second, 100*time.Millisecond).
+				Should(Succeed())
+		}
+		m.Close()
+		g.Expect(m.Restarts()).To(BeNumerically(">=", 3))
+		for _, pid := range pids {
+			g.Eventually(func() error { return syscall.Kill(pid, 0) }, 10*time.Second, 50*time.Millisecond).Should(MatchError(syscall.ESRCH))
+		}
+		g.Eventually(runtime.NumGoroutine, 10*time.Second, 50*time.Millisecond).Should(BeNumerically("<=", baseline),
+			"goroutines outlived the manager:\n%s", goroutines())
+	})
+
+	// TestOnlyDiscoveredBinariesAreEverStarted: whatever an operation names as
+	// its plugin (a path, a path out of the plugin directory, a binary's file
+	// name), nothing is started but a binary discovery found serving that name.
+	It("only discovered binaries are ever started", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		dir := pluginDir(t, "sample")
+		ran := filepath.Join(t.TempDir(), "ran")
+		evil := filepath.Join(t.TempDir(), "evil")
+		g.Expect(os.WriteFile(evil, []byte("#!/bin/sh\ntouch "+ran+"\n"), 0o755)).To(Succeed())
+		m, _ := newManager(t, dir, 5*time.Second)
+		launches := m.Launches()
+		for _, name := range []string{evil, "../../../../" + evil, "sample", filepath.Join(dir, "sample"), "/bin/sh", "itemops.io/../../bin/sh"} {
+			op := upload("x")
+			op.Plugin = name
+			_, err := m.Progress(context.Background(), op)
+			g.Expect(errors.Is(err, ErrPluginNotFound)).To(BeTrue(), "plugin %q: %v", name, err)
+			g.Expect(m.Cancel(context.Background(), op)).To(MatchError(ErrPluginNotFound), "plugin %q", name)
+		}
+		g.Expect(m.Launches()).To(Equal(launches), "a process was started")
+		g.Expect(ran).NotTo(BeAnExistingFile())
+	})
+
+	// TestPluginProcessesGetVelerosNamespaceAndArguments: a plugin process is
+	// started as Velero starts it, with Velero's namespace as VELERO_NAMESPACE
+	// and --namespace and then the velero server's arguments, whatever
+	// VELERO_NAMESPACE itemops itself has.
+	It("plugin processes get Velero's namespace and arguments", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		argsLog := filepath.Join(t.TempDir(), "launches")
+		t.Setenv(sim.EnvArgsLog, argsLog)
+		t.Setenv("VELERO_NAMESPACE", "not-this-one")
+		m := NewManager(Options{Dir: pluginDir(t, "sample"), CallTimeout: 10 * time.Second, Log: logr.Discard(),
+			Namespace: "backup-system", Args: []string{"--features=EnableCSI", "--client-qps=7"}})
+		m.Discover(context.Background())
+		t.Cleanup(m.Close)
+		startUpload(t, m, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "1Mi"})
+
+		raw, err := os.ReadFile(argsLog)
+		g.Expect(err).NotTo(HaveOccurred())
+		lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+		g.Expect(lines).To(HaveLen(2), "discovery's process and the one that serves calls")
+		for _, line := range lines {
+			var launch sim.Launch
+			g.Expect(json.Unmarshal([]byte(line), &launch)).To(Succeed())
+			g.Expect(launch.Namespace).To(Equal("backup-system"))
+			g.Expect(launch.Args).To(Equal([]string{"--namespace=backup-system", "--features=EnableCSI", "--client-qps=7"}))
+		}
+	})
+
+	Describe("plugin arguments are Velero's command line", func() {
+		for _, tc := range []struct {
+			name, path, namespace string
+			extra, want           []string
+		}{
+			{"a third-party binary", "/plugins/velero-plugin-for-aws", "velero", []string{"--log-level=debug"},
+				[]string{"--namespace=velero", "--log-level=debug"}},
+			{"velero serves its built-in plugins as run-plugins", "/plugins/velero", "backups", nil,
+				[]string{"run-plugins", "--namespace=backups"}},
+			{"no namespace, no flag", "/plugins/sample", "", []string{"--features=EnableCSI"}, []string{"--features=EnableCSI"}},
+		} {
+			It(tc.name, func() {
+				t := GinkgoTB()
+				NewWithT(t).Expect(pluginArgs(tc.path, tc.namespace, tc.extra)).To(Equal(tc.want))
+			})
+		}
+	})
+})

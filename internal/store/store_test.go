@@ -23,13 +23,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,88 +41,10 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
 
-	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/store"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/s3"
 )
-
-// The suite's locations: two buckets of one server, one location whose
-// server is gone, and one that is read-only.
-const (
-	secretName = "cloud-credentials"
-	secretKey  = "cloud"
-)
-
-var (
-	env     *envtest.Environment
-	server  *s3.Server
-	plugins *plugin.Manager
-	seq     int
-	seqMu   sync.Mutex
-)
-
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	var err error
-	env, err = envtest.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	work, err := os.MkdirTemp("", "itemops-store-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = os.RemoveAll(work) }()
-	if server, err = s3.Start(env.RepoRoot, work); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer server.Stop()
-
-	cmd := filepath.Join(env.RepoRoot, "hack", "cached-binary.sh")
-	out, err := execOutput(cmd, "velero-plugin-for-aws")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	pluginDir := filepath.Join(work, "plugins")
-	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := os.Symlink(out, filepath.Join(pluginDir, "velero-plugin-for-aws")); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	plugins = plugin.NewManager(plugin.Options{Dir: pluginDir, CallTimeout: 5 * time.Second})
-	plugins.Discover(context.Background())
-	defer plugins.Close()
-	if err := env.Client.Create(context.Background(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: secretName, Namespace: envtest.VeleroNamespace},
-		Data:       map[string][]byte{secretKey: s3.Credentials()},
-	}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
-
-func execOutput(name string, args ...string) (string, error) {
-	var stdout bytes.Buffer
-	cmd := exec.Command(name, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
-	}
-	return strings.TrimSpace(stdout.String()), nil
-}
 
 func next() int {
 	seqMu.Lock()
@@ -139,13 +60,13 @@ func (forbidden) Get(_ context.Context, key client.ObjectKey, _ client.Object, _
 	return apierrors.NewForbidden(corev1.Resource("secrets"), key.Name, errors.New("no RBAC rule allows it"))
 }
 
-func newStore(t *testing.T) *store.Store {
+func newStore(t testing.TB) *store.Store {
 	return &store.Store{Client: env.Client, Secrets: env.Client, Plugins: plugins,
 		Namespace: envtest.VeleroNamespace, CredentialsDir: t.TempDir()}
 }
 
 // location creates a bucket and a BSL on it.
-func location(t *testing.T, mutate ...func(*velerov1api.BackupStorageLocation)) *velerov1api.BackupStorageLocation {
+func location(t testing.TB, mutate ...func(*velerov1api.BackupStorageLocation)) *velerov1api.BackupStorageLocation {
 	t.Helper()
 	name := fmt.Sprintf("bucket-%d", next())
 	if _, err := server.Bucket(name); err != nil {
@@ -184,7 +105,7 @@ func records(b *velerov1api.Backup, n int) []*itemoperation.BackupOperation {
 }
 
 // putRaw writes an object straight into the bucket through the plugin.
-func putRaw(t *testing.T, bsl *velerov1api.BackupStorageLocation, key string, body []byte) {
+func putRaw(t testing.TB, bsl *velerov1api.BackupStorageLocation, key string, body []byte) {
 	t.Helper()
 	config := map[string]string{"bucket": bsl.Spec.ObjectStorage.Bucket, "prefix": ""}
 	for k, v := range bsl.Spec.Config {
@@ -214,289 +135,304 @@ func gzipped(data []byte) []byte {
 	return buf.Bytes()
 }
 
-func TestBackupOperationsRoundTripInVelerosLayout(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	s := newStore(t)
-	bsl := location(t)
-	b := backupIn(bsl.Name)
-	want := records(b, 3)
-	g.Expect(s.PutBackupOperations(ctx, b, want)).To(Succeed())
+var _ = Describe("Operations files in object storage", func() {
+	It("backup operations round trip in Velero's layout", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		s := newStore(t)
+		bsl := location(t)
+		b := backupIn(bsl.Name)
+		want := records(b, 3)
+		g.Expect(s.PutBackupOperations(ctx, b, want)).To(Succeed())
 
-	// Where Velero keeps it, as Velero encodes it.
-	raw, err := os.ReadFile(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "backups", b.Name, b.Name+"-itemoperations.json.gz"))
-	g.Expect(err).NotTo(HaveOccurred())
-	gz, err := gzip.NewReader(bytes.NewReader(raw))
-	g.Expect(err).NotTo(HaveOccurred())
-	var buf bytes.Buffer
-	_, err = buf.ReadFrom(gz)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(buf.String()).To(ContainSubstring(`"backupItemAction":"velero.io/csi-pvc-backupper"`))
+		// Where Velero keeps it, as Velero encodes it.
+		raw, err := os.ReadFile(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "backups", b.Name, b.Name+"-itemoperations.json.gz"))
+		g.Expect(err).NotTo(HaveOccurred())
+		gz, err := gzip.NewReader(bytes.NewReader(raw))
+		g.Expect(err).NotTo(HaveOccurred())
+		var buf bytes.Buffer
+		_, err = buf.ReadFrom(gz)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(buf.String()).To(ContainSubstring(`"backupItemAction":"velero.io/csi-pvc-backupper"`))
 
-	got, err := s.BackupOperations(ctx, b)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got).To(HaveLen(3))
-	for i := range got {
-		g.Expect(got[i].Spec).To(Equal(want[i].Spec))
-		g.Expect(got[i].Status.Phase).To(Equal(want[i].Status.Phase))
-		g.Expect(got[i].Status.Created.Time).To(BeTemporally("==", want[i].Status.Created.Time))
-	}
-}
-
-func TestNoFileMeansNoOperations(t *testing.T) {
-	g := NewWithT(t)
-	got, err := newStore(t).BackupOperations(context.Background(), backupIn(location(t).Name))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got).To(BeEmpty())
-}
-
-func TestRestoreOperationsLiveInTheBackupsLocation(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	s := newStore(t)
-	bsl := location(t)
-	b := backupIn(bsl.Name)
-	b.UID = ""
-	g.Expect(env.Client.Create(ctx, b)).To(Succeed())
-	r := &velerov1api.Restore{ObjectMeta: metav1.ObjectMeta{Name: b.Name + "-restore", Namespace: envtest.VeleroNamespace, UID: "r-uid"},
-		Spec: velerov1api.RestoreSpec{BackupName: b.Name}}
-	want := []*itemoperation.RestoreOperation{{Spec: itemoperation.RestoreOperationSpec{RestoreName: r.Name, RestoreUID: "r-uid",
-		RestoreItemAction: "velero.io/sample", OperationID: "dl-1"}, Status: itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseNew}}}
-	g.Expect(s.PutRestoreOperations(ctx, r, want)).To(Succeed())
-	_, err := os.Stat(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "restores", r.Name, "restore-"+r.Name+"-itemoperations.json.gz"))
-	g.Expect(err).NotTo(HaveOccurred())
-	got, err := s.RestoreOperations(ctx, r)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got).To(HaveLen(1))
-	g.Expect(got[0].Spec).To(Equal(want[0].Spec))
-
-	_, err = s.RestoreOperations(ctx, &velerov1api.Restore{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}, Spec: velerov1api.RestoreSpec{BackupName: "gone"}})
-	g.Expect(err).To(MatchError(store.ErrNoLocation))
-}
-
-func TestMalformedFilesAreToldApartFromUnreachableStorage(t *testing.T) {
-	valid := gzipped([]byte(`[{"spec":{"operationID":"a"},"status":{"phase":"New"}}]`))
-	for _, tc := range []struct {
-		name string
-		body []byte
-	}{
-		{"not gzip", []byte("this is not gzip")},
-		{"gzip of something that is not JSON", gzipped([]byte("not json"))},
-		{"gzip of JSON that is not a list of records", gzipped([]byte(`{"spec":1}`))},
-		{"truncated", valid[:len(valid)/2]},
-		{"empty", nil},
-		{"gzip of nothing", gzipped(nil)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
-			bsl := location(t)
-			b := backupIn(bsl.Name)
-			putRaw(t, bsl, "backups/"+b.Name+"/"+b.Name+"-itemoperations.json.gz", tc.body)
-			_, err := newStore(t).BackupOperations(context.Background(), b)
-			g.Expect(err).To(MatchError(store.ErrMalformed))
-			g.Expect(err.Error()).To(ContainSubstring(b.Name))
-		})
-	}
-}
-
-func TestLocationProblems(t *testing.T) {
-	ctx := context.Background()
-	// A Secret a location could name, but in another namespace: never read.
-	const elsewhere = "credentials-in-another-namespace"
-	for _, obj := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "not-velero"}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: elsewhere, Namespace: "not-velero"}, Data: map[string][]byte{secretKey: s3.Credentials()}},
-	} {
-		if err := env.Client.Create(ctx, obj); err != nil {
-			t.Fatal(err)
+		got, err := s.BackupOperations(ctx, b)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(HaveLen(3))
+		for i := range got {
+			g.Expect(got[i].Spec).To(Equal(want[i].Spec))
+			g.Expect(got[i].Status.Phase).To(Equal(want[i].Status.Phase))
+			g.Expect(got[i].Status.Created.Time).To(BeTemporally("==", want[i].Status.Created.Time))
 		}
-	}
-	dead, err := s3.FreeAddress()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name   string
-		mutate func(*velerov1api.BackupStorageLocation)
-		check  func(g Gomega, err error)
-	}{
-		{"the Secret is missing", func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Name = "no-such-secret" },
-			func(g Gomega, err error) {
-				g.Expect(err).To(MatchError(ContainSubstring("Secret velero/no-such-secret")))
-				g.Expect(errors.Is(err, store.ErrMalformed) || errors.Is(err, store.ErrNoLocation)).To(BeFalse(), "worth retrying")
-			}},
-		{"the Secret exists only in another namespace", func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Name = elsewhere },
-			func(g Gomega, err error) {
-				g.Expect(err).To(MatchError(ContainSubstring("reading Secret velero/"+elsewhere)), "read from Velero's namespace only")
-			}},
-		{"the Secret has no such key", func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Key = "other" },
-			func(g Gomega, err error) { g.Expect(err).To(MatchError(ContainSubstring(`has no key "other"`))) }},
-		{"the object store is down", func(l *velerov1api.BackupStorageLocation) { l.Spec.Config["s3Url"] = "http://" + dead },
-			func(g Gomega, err error) {
-				g.Expect(err).To(HaveOccurred())
-				g.Expect(errors.Is(err, store.ErrMalformed)).To(BeFalse(), "an outage is not a bad file")
-			}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
-			bsl := location(t, tc.mutate)
-			start := time.Now()
-			_, err := newStore(t).BackupOperations(ctx, backupIn(bsl.Name))
-			tc.check(g, err)
-			g.Expect(err.Error()).NotTo(ContainSubstring(s3.SecretKey), "no secret in errors")
-			g.Expect(time.Since(start)).To(BeNumerically("<", 30*time.Second), "bounded by the call deadline")
-		})
-	}
-	t.Run("the location does not exist", func(t *testing.T) {
-		_, err := newStore(t).BackupOperations(ctx, backupIn("no-such-location"))
-		NewWithT(t).Expect(err).To(MatchError(store.ErrNoLocation))
 	})
-	t.Run("the Secret cannot be read", func(t *testing.T) {
+
+	It("no file means no operations", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		got, err := newStore(t).BackupOperations(context.Background(), backupIn(location(t).Name))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(BeEmpty())
+	})
+
+	It("restore operations live in the backup's location", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		s := newStore(t)
+		bsl := location(t)
+		b := backupIn(bsl.Name)
+		b.UID = ""
+		g.Expect(env.Client.Create(ctx, b)).To(Succeed())
+		r := &velerov1api.Restore{ObjectMeta: metav1.ObjectMeta{Name: b.Name + "-restore", Namespace: envtest.VeleroNamespace, UID: "r-uid"},
+			Spec: velerov1api.RestoreSpec{BackupName: b.Name}}
+		want := []*itemoperation.RestoreOperation{{Spec: itemoperation.RestoreOperationSpec{RestoreName: r.Name, RestoreUID: "r-uid",
+			RestoreItemAction: "velero.io/sample", OperationID: "dl-1"}, Status: itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseNew}}}
+		g.Expect(s.PutRestoreOperations(ctx, r, want)).To(Succeed())
+		_, err := os.Stat(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "restores", r.Name, "restore-"+r.Name+"-itemoperations.json.gz"))
+		g.Expect(err).NotTo(HaveOccurred())
+		got, err := s.RestoreOperations(ctx, r)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(HaveLen(1))
+		g.Expect(got[0].Spec).To(Equal(want[0].Spec))
+
+		_, err = s.RestoreOperations(ctx, &velerov1api.Restore{ObjectMeta: metav1.ObjectMeta{Name: "orphan"}, Spec: velerov1api.RestoreSpec{BackupName: "gone"}})
+		g.Expect(err).To(MatchError(store.ErrNoLocation))
+	})
+
+	Describe("malformed files are told apart from unreachable storage", func() {
+		valid := gzipped([]byte(`[{"spec":{"operationID":"a"},"status":{"phase":"New"}}]`))
+		for _, tc := range []struct {
+			name string
+			body []byte
+		}{
+			{"not gzip", []byte("this is not gzip")},
+			{"gzip of something that is not JSON", gzipped([]byte("not json"))},
+			{"gzip of JSON that is not a list of records", gzipped([]byte(`{"spec":1}`))},
+			{"truncated", valid[:len(valid)/2]},
+			{"empty", nil},
+			{"gzip of nothing", gzipped(nil)},
+		} {
+			It(tc.name, func() {
+				t := GinkgoTB()
+				g := NewWithT(t)
+				bsl := location(t)
+				b := backupIn(bsl.Name)
+				putRaw(t, bsl, "backups/"+b.Name+"/"+b.Name+"-itemoperations.json.gz", tc.body)
+				_, err := newStore(t).BackupOperations(context.Background(), b)
+				g.Expect(err).To(MatchError(store.ErrMalformed))
+				g.Expect(err.Error()).To(ContainSubstring(b.Name))
+			})
+		}
+	})
+
+	Describe("location problems", Ordered, func() {
+		ctx := context.Background()
+		// A Secret a location could name, but in another namespace: never read.
+		const elsewhere = "credentials-in-another-namespace"
+		// dead is an address nothing listens on.
+		var dead string
+		BeforeAll(func() {
+			for _, obj := range []client.Object{
+				&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "not-velero"}},
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: elsewhere, Namespace: "not-velero"}, Data: map[string][]byte{secretKey: s3.Credentials()}},
+			} {
+				Expect(env.Client.Create(ctx, obj)).To(Succeed())
+			}
+			var err error
+			dead, err = s3.FreeAddress()
+			Expect(err).NotTo(HaveOccurred())
+		})
+		for _, tc := range []struct {
+			name   string
+			mutate func(*velerov1api.BackupStorageLocation)
+			check  func(g Gomega, err error)
+		}{
+			{"the Secret is missing", func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Name = "no-such-secret" },
+				func(g Gomega, err error) {
+					g.Expect(err).To(MatchError(ContainSubstring("Secret velero/no-such-secret")))
+					g.Expect(errors.Is(err, store.ErrMalformed) || errors.Is(err, store.ErrNoLocation)).To(BeFalse(), "worth retrying")
+				}},
+			{"the Secret exists only in another namespace", func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Name = elsewhere },
+				func(g Gomega, err error) {
+					g.Expect(err).To(MatchError(ContainSubstring("reading Secret velero/"+elsewhere)), "read from Velero's namespace only")
+				}},
+			{"the Secret has no such key", func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Key = "other" },
+				func(g Gomega, err error) { g.Expect(err).To(MatchError(ContainSubstring(`has no key "other"`))) }},
+			{"the object store is down", func(l *velerov1api.BackupStorageLocation) { l.Spec.Config["s3Url"] = "http://" + dead },
+				func(g Gomega, err error) {
+					g.Expect(err).To(HaveOccurred())
+					g.Expect(errors.Is(err, store.ErrMalformed)).To(BeFalse(), "an outage is not a bad file")
+				}},
+		} {
+			It(tc.name, func() {
+				t := GinkgoTB()
+				g := NewWithT(t)
+				bsl := location(t, tc.mutate)
+				start := time.Now()
+				_, err := newStore(t).BackupOperations(ctx, backupIn(bsl.Name))
+				tc.check(g, err)
+				g.Expect(err.Error()).NotTo(ContainSubstring(s3.SecretKey), "no secret in errors")
+				g.Expect(time.Since(start)).To(BeNumerically("<", 30*time.Second), "bounded by the call deadline")
+			})
+		}
+		It("the location does not exist", func() {
+			t := GinkgoTB()
+			_, err := newStore(t).BackupOperations(ctx, backupIn("no-such-location"))
+			NewWithT(t).Expect(err).To(MatchError(store.ErrNoLocation))
+		})
+		It("the Secret cannot be read", func() {
+			t := GinkgoTB()
+			g := NewWithT(t)
+			s := newStore(t)
+			s.Secrets = forbidden{}
+			_, err := s.BackupOperations(ctx, backupIn(location(t).Name))
+			g.Expect(err).To(MatchError(And(ContainSubstring("reading Secret velero/"+secretName), ContainSubstring("forbidden"))))
+			g.Expect(errors.Is(err, store.ErrMalformed) || errors.Is(err, store.ErrNoLocation)).To(BeFalse(), "worth retrying once RBAC is fixed")
+		})
+	})
+
+	It("read only location refuses writes", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		s := newStore(t)
+		bsl := location(t, func(l *velerov1api.BackupStorageLocation) {
+			l.Spec.AccessMode = velerov1api.BackupStorageLocationAccessModeReadOnly
+		})
+		b := backupIn(bsl.Name)
+		g.Expect(s.CheckWritable(ctx, b)).To(MatchError(store.ErrReadOnly))
+		g.Expect(s.PutBackupOperations(ctx, b, records(b, 1))).To(MatchError(store.ErrReadOnly))
+		_, err := os.Stat(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "backups"))
+		g.Expect(os.IsNotExist(err)).To(BeTrue(), "nothing was written")
+		got, err := s.BackupOperations(ctx, b)
+		g.Expect(err).NotTo(HaveOccurred(), "reading a read-only location works")
+		g.Expect(got).To(BeEmpty())
+		g.Expect(s.CheckWritable(ctx, backupIn(location(t).Name))).To(Succeed())
+	})
+
+	// A plugin process holds one configured store per name: sessions of
+	// locations with different credentials must not borrow each other's.
+	It("locations used at once never mix", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		s := newStore(t)
+		g.Expect(env.Client.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "wrong-credentials", Namespace: envtest.VeleroNamespace},
+			Data:       map[string][]byte{secretKey: []byte("[default]\naws_access_key_id=nobody\naws_secret_access_key=wrong\n")},
+		})).To(Succeed())
+		good := []*velerov1api.BackupStorageLocation{location(t), location(t)}
+		bad := location(t, func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Name = "wrong-credentials" })
+		var wg sync.WaitGroup
+		errs := make(chan error, 100)
+		for i := range 20 {
+			for j, bsl := range append(good, bad) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					b := backupIn(bsl.Name)
+					b.Name = fmt.Sprintf("same-name-%d", i)
+					ops := records(b, j+1)
+					err := s.PutBackupOperations(ctx, b, ops)
+					switch {
+					case bsl == bad && err == nil:
+						errs <- fmt.Errorf("a write with wrong credentials succeeded (iteration %d)", i)
+					case bsl != bad && err != nil:
+						errs <- fmt.Errorf("location %s: %w", bsl.Name, err)
+					case bsl != bad:
+						got, err := s.BackupOperations(ctx, b)
+						if err != nil {
+							errs <- err
+						} else if len(got) != j+1 {
+							errs <- fmt.Errorf("location %s: %d records, want %d", bsl.Name, len(got), j+1)
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			g.Expect(err).NotTo(HaveOccurred())
+		}
+		for j, bsl := range good {
+			entries, err := os.ReadDir(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "backups"))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(entries).To(HaveLen(20), "location %d holds its own files only", j)
+		}
+		_, err := os.Stat(filepath.Join(server.Root, bad.Spec.ObjectStorage.Bucket, "backups"))
+		g.Expect(os.IsNotExist(err)).To(BeTrue(), "nothing was written with wrong credentials")
+	})
+
+	It("credential files are private", func() {
+		t := GinkgoTB()
 		g := NewWithT(t)
 		s := newStore(t)
-		s.Secrets = forbidden{}
-		_, err := s.BackupOperations(ctx, backupIn(location(t).Name))
-		g.Expect(err).To(MatchError(And(ContainSubstring("reading Secret velero/"+secretName), ContainSubstring("forbidden"))))
-		g.Expect(errors.Is(err, store.ErrMalformed) || errors.Is(err, store.ErrNoLocation)).To(BeFalse(), "worth retrying once RBAC is fixed")
+		_, err := s.BackupOperations(context.Background(), backupIn(location(t).Name))
+		g.Expect(err).NotTo(HaveOccurred())
+		path := filepath.Join(s.CredentialsDir, envtest.VeleroNamespace, secretName+"-"+secretKey)
+		info, err := os.Stat(path)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)))
+		content, err := os.ReadFile(path)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(content).To(Equal(s3.Credentials()))
 	})
-}
 
-func TestReadOnlyLocationRefusesWrites(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	s := newStore(t)
-	bsl := location(t, func(l *velerov1api.BackupStorageLocation) {
-		l.Spec.AccessMode = velerov1api.BackupStorageLocationAccessModeReadOnly
+	It("VolumeSnapshots are read in Velero's layout", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		s := newStore(t)
+		bsl := location(t)
+		b := backupIn(bsl.Name)
+
+		got, err := s.BackupVolumeSnapshots(ctx, b)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(BeEmpty(), "no file: no native snapshots")
+
+		// As Velero's backup controller writes it (internal/volume.Snapshot).
+		file := `[{"spec":{"backupName":"` + b.Name + `","backupUID":"` + string(b.UID) + `","location":"ebs","persistentVolumeName":"pv-1",` +
+			`"providerVolumeID":"vol-1","volumeType":"gp3","volumeAZ":"us-east-1a"},"status":{"providerSnapshotID":"snap-1","phase":"Completed"}},` +
+			`{"spec":{"backupName":"` + b.Name + `","backupUID":"` + string(b.UID) + `","location":"ebs","persistentVolumeName":"pv-2",` +
+			`"providerVolumeID":"vol-2","volumeType":"gp3"},"status":{"phase":"Failed"}}]`
+		putRaw(t, bsl, "backups/"+b.Name+"/"+b.Name+"-volumesnapshots.json.gz", gzipped([]byte(file)))
+		got, err = s.BackupVolumeSnapshots(ctx, b)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal([]store.VolumeSnapshot{
+			{BackupUID: string(b.UID), Location: "ebs", PersistentVolumeName: "pv-1", ProviderVolumeID: "vol-1", SnapshotID: "snap-1", Phase: "Completed"},
+			{BackupUID: string(b.UID), Location: "ebs", PersistentVolumeName: "pv-2", ProviderVolumeID: "vol-2", Phase: "Failed"},
+		}))
+
+		putRaw(t, bsl, "backups/"+b.Name+"/"+b.Name+"-volumesnapshots.json.gz", []byte("not gzip"))
+		_, err = s.BackupVolumeSnapshots(ctx, b)
+		g.Expect(errors.Is(err, store.ErrMalformed)).To(BeTrue(), "got %v", err)
 	})
-	b := backupIn(bsl.Name)
-	g.Expect(s.CheckWritable(ctx, b)).To(MatchError(store.ErrReadOnly))
-	g.Expect(s.PutBackupOperations(ctx, b, records(b, 1))).To(MatchError(store.ErrReadOnly))
-	_, err := os.Stat(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "backups"))
-	g.Expect(os.IsNotExist(err)).To(BeTrue(), "nothing was written")
-	got, err := s.BackupOperations(ctx, b)
-	g.Expect(err).NotTo(HaveOccurred(), "reading a read-only location works")
-	g.Expect(got).To(BeEmpty())
-	g.Expect(s.CheckWritable(ctx, backupIn(location(t).Name))).To(Succeed())
-}
 
-// A plugin process holds one configured store per name: sessions of
-// locations with different credentials must not borrow each other's.
-func TestLocationsUsedAtOnceNeverMix(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	s := newStore(t)
-	g.Expect(env.Client.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "wrong-credentials", Namespace: envtest.VeleroNamespace},
-		Data:       map[string][]byte{secretKey: []byte("[default]\naws_access_key_id=nobody\naws_secret_access_key=wrong\n")},
-	})).To(Succeed())
-	good := []*velerov1api.BackupStorageLocation{location(t), location(t)}
-	bad := location(t, func(l *velerov1api.BackupStorageLocation) { l.Spec.Credential.Name = "wrong-credentials" })
-	var wg sync.WaitGroup
-	errs := make(chan error, 100)
-	for i := range 20 {
-		for j, bsl := range append(good, bad) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				b := backupIn(bsl.Name)
-				b.Name = fmt.Sprintf("same-name-%d", i)
-				ops := records(b, j+1)
-				err := s.PutBackupOperations(ctx, b, ops)
-				switch {
-				case bsl == bad && err == nil:
-					errs <- fmt.Errorf("a write with wrong credentials succeeded (iteration %d)", i)
-				case bsl != bad && err != nil:
-					errs <- fmt.Errorf("location %s: %w", bsl.Name, err)
-				case bsl != bad:
-					got, err := s.BackupOperations(ctx, b)
-					if err != nil {
-						errs <- err
-					} else if len(got) != j+1 {
-						errs <- fmt.Errorf("location %s: %d records, want %d", bsl.Name, len(got), j+1)
-					}
-				}
-			}()
+	It("snapshot location gives plugin and config as Velero does", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		s := newStore(t)
+		name := fmt.Sprintf("vsl-%d", next())
+		vsl := &velerov1api.VolumeSnapshotLocation{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: envtest.VeleroNamespace},
+			Spec: velerov1api.VolumeSnapshotLocationSpec{Provider: "aws", Config: map[string]string{"region": "us-east-1"},
+				Credential: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secretName}, Key: secretKey}},
 		}
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+		g.Expect(env.Client.Create(ctx, vsl)).To(Succeed())
+
+		got, err := s.SnapshotLocation(ctx, name)
 		g.Expect(err).NotTo(HaveOccurred())
-	}
-	for j, bsl := range good {
-		entries, err := os.ReadDir(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "backups"))
+		g.Expect(got.Plugin).To(Equal("velero.io/aws"))
+		g.Expect(got.Config).To(HaveKeyWithValue("region", "us-east-1"))
+		g.Expect(got.Config).To(HaveKey("credentialsFile"))
+		content, err := os.ReadFile(got.Config["credentialsFile"])
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(entries).To(HaveLen(20), "location %d holds its own files only", j)
-	}
-	_, err := os.Stat(filepath.Join(server.Root, bad.Spec.ObjectStorage.Bucket, "backups"))
-	g.Expect(os.IsNotExist(err)).To(BeTrue(), "nothing was written with wrong credentials")
-}
+		g.Expect(content).To(Equal(s3.Credentials()))
+		g.Expect(vsl.Spec.Config).NotTo(HaveKey("credentialsFile"), "the location itself is not changed")
 
-func TestCredentialFilesArePrivate(t *testing.T) {
-	g := NewWithT(t)
-	s := newStore(t)
-	_, err := s.BackupOperations(context.Background(), backupIn(location(t).Name))
-	g.Expect(err).NotTo(HaveOccurred())
-	path := filepath.Join(s.CredentialsDir, envtest.VeleroNamespace, secretName+"-"+secretKey)
-	info, err := os.Stat(path)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(info.Mode().Perm()).To(Equal(os.FileMode(0o600)))
-	content, err := os.ReadFile(path)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(content).To(Equal(s3.Credentials()))
-}
-
-func TestVolumeSnapshotsAreReadInVelerosLayout(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	s := newStore(t)
-	bsl := location(t)
-	b := backupIn(bsl.Name)
-
-	got, err := s.BackupVolumeSnapshots(ctx, b)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got).To(BeEmpty(), "no file: no native snapshots")
-
-	// As Velero's backup controller writes it (internal/volume.Snapshot).
-	file := `[{"spec":{"backupName":"` + b.Name + `","backupUID":"` + string(b.UID) + `","location":"ebs","persistentVolumeName":"pv-1",` +
-		`"providerVolumeID":"vol-1","volumeType":"gp3","volumeAZ":"us-east-1a"},"status":{"providerSnapshotID":"snap-1","phase":"Completed"}},` +
-		`{"spec":{"backupName":"` + b.Name + `","backupUID":"` + string(b.UID) + `","location":"ebs","persistentVolumeName":"pv-2",` +
-		`"providerVolumeID":"vol-2","volumeType":"gp3"},"status":{"phase":"Failed"}}]`
-	putRaw(t, bsl, "backups/"+b.Name+"/"+b.Name+"-volumesnapshots.json.gz", gzipped([]byte(file)))
-	got, err = s.BackupVolumeSnapshots(ctx, b)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got).To(Equal([]store.VolumeSnapshot{
-		{BackupUID: string(b.UID), Location: "ebs", PersistentVolumeName: "pv-1", ProviderVolumeID: "vol-1", SnapshotID: "snap-1", Phase: "Completed"},
-		{BackupUID: string(b.UID), Location: "ebs", PersistentVolumeName: "pv-2", ProviderVolumeID: "vol-2", Phase: "Failed"},
-	}))
-
-	putRaw(t, bsl, "backups/"+b.Name+"/"+b.Name+"-volumesnapshots.json.gz", []byte("not gzip"))
-	_, err = s.BackupVolumeSnapshots(ctx, b)
-	g.Expect(errors.Is(err, store.ErrMalformed)).To(BeTrue(), "got %v", err)
-}
-
-func TestSnapshotLocationGivesPluginAndConfigAsVeleroDoes(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	s := newStore(t)
-	name := fmt.Sprintf("vsl-%d", next())
-	vsl := &velerov1api.VolumeSnapshotLocation{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: envtest.VeleroNamespace},
-		Spec: velerov1api.VolumeSnapshotLocationSpec{Provider: "aws", Config: map[string]string{"region": "us-east-1"},
-			Credential: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secretName}, Key: secretKey}},
-	}
-	g.Expect(env.Client.Create(ctx, vsl)).To(Succeed())
-
-	got, err := s.SnapshotLocation(ctx, name)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got.Plugin).To(Equal("velero.io/aws"))
-	g.Expect(got.Config).To(HaveKeyWithValue("region", "us-east-1"))
-	g.Expect(got.Config).To(HaveKey("credentialsFile"))
-	content, err := os.ReadFile(got.Config["credentialsFile"])
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(content).To(Equal(s3.Credentials()))
-	g.Expect(vsl.Spec.Config).NotTo(HaveKey("credentialsFile"), "the location itself is not changed")
-
-	_, err = s.SnapshotLocation(ctx, "no-such-location")
-	g.Expect(errors.Is(err, store.ErrNoSnapshotLocation)).To(BeTrue(), "got %v", err)
-}
+		_, err = s.SnapshotLocation(ctx, "no-such-location")
+		g.Expect(errors.Is(err, store.ErrNoSnapshotLocation)).To(BeTrue(), "got %v", err)
+	})
+})

@@ -35,6 +35,8 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
+
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -61,7 +63,7 @@ type config struct {
 	results string
 }
 
-func configFromEnv(t *testing.T) config {
+func configFromEnv(t testing.TB) config {
 	t.Helper()
 	cfg := config{duration: 40 * time.Second, backups: 6, perBackup: 8, seed: uint64(time.Now().UnixNano()),
 		results: os.Getenv("ITEMOPS_CHAOS_RESULTS")}
@@ -94,98 +96,83 @@ func configFromEnv(t *testing.T) config {
 // plugin is the sample data mover every operation is started by.
 const plugin = "itemops.io/sample-datamover"
 
-// TestChaos runs the workload under faults, then checks the invariants.
-func TestChaos(t *testing.T) {
-	cfg := configFromEnv(t)
-	t.Logf("chaos: seed %d (ITEMOPS_CHAOS_SEED to repeat), %s of faults, %d Backups × %d operations",
-		cfg.seed, cfg.duration, cfg.backups, cfg.perBackup)
-	rng := rand.New(rand.NewPCG(cfg.seed, cfg.seed>>1|1))
-	g := NewWithT(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+var _ = Describe("itemops under faults", func() {
+	It("keeps every invariant while its processes, the API server, the plugins and the storage fail", func() {
+		t := GinkgoTB()
+		cfg := configFromEnv(t)
+		t.Logf("chaos: seed %d (ITEMOPS_CHAOS_SEED to repeat), %s of faults, %d Backups × %d operations",
+			cfg.seed, cfg.duration, cfg.backups, cfg.perBackup)
+		rng := rand.New(rand.NewPCG(cfg.seed, cfg.seed>>1|1))
+		g := NewWithT(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		DeferCleanup(cancel)
 
-	env, err := envtest.Start()
-	g.Expect(err).NotTo(HaveOccurred())
-	defer func() { _ = env.Stop() }()
-	work := t.TempDir()
-	pluginDir := filepath.Join(work, "plugins")
-	g.Expect(envtest.BuildSamplePlugins(pluginDir, "sample")).To(Succeed())
-	venv, stopVelero, err := veleroenv.Setup(env, work, pluginDir, false)
-	defer stopVelero()
-	g.Expect(err).NotTo(HaveOccurred())
-	stateDir := filepath.Join(work, "state")
-	t.Setenv(sim.EnvStateDir, stateDir)
+		w := newWatcher(env)
+		go w.follow(ctx)
 
-	binary := filepath.Join(work, "itemops")
-	build := exec.Command("go", "build", "-o", binary, ".")
-	build.Dir, build.Stderr = env.RepoRoot, os.Stderr
-	g.Expect(build.Run()).To(Succeed())
+		cl := &cluster{binary: binary, kubeconfig: venv.Kubeconfig, pluginDir: pluginDir, stateDir: stateDir, work: work}
+		for i := range 2 {
+			g.Expect(cl.start(i)).To(Succeed())
+		}
+		DeferCleanup(cl.stopAll)
 
-	w := newWatcher(env)
-	go w.follow(ctx)
+		load := newWorkload(t, env, venv.BucketDir, cfg, rng)
+		start := time.Now()
+		faults := inject(ctx, t, cfg, rng, env, cl, load, w)
+		lastFault := time.Now()
 
-	cl := &cluster{binary: binary, kubeconfig: venv.Kubeconfig, pluginDir: pluginDir, stateDir: stateDir, work: work}
-	for i := range 2 {
-		g.Expect(cl.start(i)).To(Succeed())
-	}
-	defer cl.stopAll()
-
-	load := newWorkload(t, env, venv.BucketDir, cfg, rng)
-	start := time.Now()
-	faults := inject(ctx, t, cfg, rng, env, cl, load, w)
-	lastFault := time.Now()
-
-	// Converged: every Backup not deleted has moved on, and every
-	// operation it had is terminal.
-	converge := 3 * time.Minute
-	g.Eventually(func(g Gomega) {
-		for _, b := range load.backups {
-			if load.deleted[b.Name] {
-				continue
+		// Converged: every Backup not deleted has moved on, and every
+		// operation it had is terminal.
+		converge := 3 * time.Minute
+		g.Eventually(func(g Gomega) {
+			for _, b := range load.backups {
+				if load.deleted[b.Name] {
+					continue
+				}
+				got := &velerov1api.Backup{}
+				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), got)).To(Succeed())
+				g.Expect(got.Status.Phase).To(BeElementOf(velerov1api.BackupPhaseFinalizing, velerov1api.BackupPhaseFinalizingPartiallyFailed),
+					"Backup %s", b.Name)
 			}
-			got := &velerov1api.Backup{}
-			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), got)).To(Succeed())
-			g.Expect(got.Status.Phase).To(BeElementOf(velerov1api.BackupPhaseFinalizing, velerov1api.BackupPhaseFinalizingPartiallyFailed),
-				"Backup %s", b.Name)
-		}
-		ops := &itemopsv1alpha1.ItemOperationList{}
-		g.Expect(env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace))).To(Succeed())
-		for _, op := range ops.Items {
-			g.Expect(op.Status.Phase.IsTerminal()).To(BeTrue(), "ItemOperation %s is %q", op.Name, op.Status.Phase)
-		}
-	}, converge, time.Second).Should(Succeed())
-	settled := time.Since(lastFault)
-	// The checker's own watch may lag the API server (it lists again after
-	// every kube-apiserver restart): let it see every Backup's last phase.
-	g.Eventually(func(g Gomega) {
-		for _, b := range load.backups {
-			if load.deleted[b.Name] {
-				continue
+			ops := &itemopsv1alpha1.ItemOperationList{}
+			g.Expect(env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace))).To(Succeed())
+			for _, op := range ops.Items {
+				g.Expect(op.Status.Phase.IsTerminal()).To(BeTrue(), "ItemOperation %s is %q", op.Name, op.Status.Phase)
 			}
-			got := &velerov1api.Backup{}
-			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), got)).To(Succeed())
-			g.Expect(w.lastPhase(b.Name)).To(Equal(got.Status.Phase), "Backup %s as the watch saw it", b.Name)
+		}, converge, time.Second).Should(Succeed())
+		settled := time.Since(lastFault)
+		// The checker's own watch may lag the API server (it lists again after
+		// every kube-apiserver restart): let it see every Backup's last phase.
+		g.Eventually(func(g Gomega) {
+			for _, b := range load.backups {
+				if load.deleted[b.Name] {
+					continue
+				}
+				got := &velerov1api.Backup{}
+				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), got)).To(Succeed())
+				g.Expect(w.lastPhase(b.Name)).To(Equal(got.Status.Phase), "Backup %s as the watch saw it", b.Name)
+			}
+		}, time.Minute, 100*time.Millisecond).Should(Succeed())
+
+		inv := check(ctx, t, env, venv.BucketDir, load, w)
+		inv.secretInEvents = eventsContaining(ctx, t, env, s3.SecretKey)
+		cl.stopAll()
+		// Their plugin processes go with them (a moment later: killed, then reaped).
+		waitFor(10*time.Second, func() bool { return len(pluginProcesses(pluginDir)) == 0 })
+		inv.leftPlugins = pluginProcesses(pluginDir)
+		inv.selfExits = cl.selfExits
+		inv.secretInLogs = logsContaining(work, s3.SecretKey)
+		inv.goroutines = cl.idleGoroutines
+
+		report := result{cfg: cfg, faults: faults, inv: inv, settled: settled, ran: time.Since(start), operations: load.count()}
+		t.Log("\n" + report.markdown())
+		if cfg.results != "" {
+			g.Expect(os.MkdirAll(cfg.results, 0o755)).To(Succeed())
+			g.Expect(os.WriteFile(filepath.Join(cfg.results, "results.md"), []byte(report.markdown()), 0o644)).To(Succeed())
 		}
-	}, time.Minute, 100*time.Millisecond).Should(Succeed())
-
-	inv := check(ctx, t, env, venv.BucketDir, load, w)
-	inv.secretInEvents = eventsContaining(ctx, t, env, s3.SecretKey)
-	cl.stopAll()
-	// Their plugin processes go with them (a moment later: killed, then reaped).
-	waitFor(10*time.Second, func() bool { return len(pluginProcesses(pluginDir)) == 0 })
-	inv.leftPlugins = pluginProcesses(pluginDir)
-	inv.selfExits = cl.selfExits
-	inv.secretInLogs = logsContaining(work, s3.SecretKey)
-	inv.goroutines = cl.idleGoroutines
-
-	report := result{cfg: cfg, faults: faults, inv: inv, settled: settled, ran: time.Since(start), operations: load.count()}
-	t.Log("\n" + report.markdown())
-	if cfg.results != "" {
-		g.Expect(os.MkdirAll(cfg.results, 0o755)).To(Succeed())
-		g.Expect(os.WriteFile(filepath.Join(cfg.results, "results.md"), []byte(report.markdown()), 0o644)).To(Succeed())
-	}
-	g.Expect(inv.failures()).To(BeEmpty())
-}
+		g.Expect(inv.failures()).To(BeEmpty())
+	})
+})
 
 // waitFor polls cond until it holds or timeout passes.
 func waitFor(timeout time.Duration, cond func() bool) {
@@ -219,7 +206,7 @@ func (l *workload) count() int {
 // newWorkload writes the operations files and creates the Backups, as
 // Velero does at the end of a backup: first the file, then the Backup in
 // WaitingForPluginOperations with the operations it attempted.
-func newWorkload(t *testing.T, env *envtest.Environment, bucketDir string, cfg config, rng *rand.Rand) *workload {
+func newWorkload(t testing.TB, env *envtest.Environment, bucketDir string, cfg config, rng *rand.Rand) *workload {
 	t.Helper()
 	store, err := sim.NewStore()
 	if err != nil {

@@ -55,7 +55,7 @@ var faultOrder = []string{faultReplicaKilled, faultLeaderKilled, faultKilledMidW
 // inject runs faults one after another, every 1–3 s, for cfg.duration, in
 // an order drawn from rng; a third of the way in it asks some operations to
 // cancel, and half way it deletes a Backup. It returns how often each happened.
-func inject(ctx context.Context, t *testing.T, cfg config, rng *rand.Rand, env *envtest.Environment, cl *cluster, load *workload, w *watcher) map[string]int {
+func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, env *envtest.Environment, cl *cluster, load *workload, w *watcher) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
 	end := time.Now().Add(cfg.duration)
@@ -153,7 +153,7 @@ func pause(ctx context.Context, rng *rand.Rand, lo, hi time.Duration) {
 
 // requestCancels sets spec.cancel on about a tenth of the ItemOperations
 // that exist (at least one), as an administrator would, and returns how many.
-func requestCancels(ctx context.Context, t *testing.T, env *envtest.Environment, load *workload, rng *rand.Rand) int {
+func requestCancels(ctx context.Context, t testing.TB, env *envtest.Environment, load *workload, rng *rand.Rand) int {
 	t.Helper()
 	ops := &itemopsv1alpha1.ItemOperationList{}
 	if err := retrying(ctx, func() error { return env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace)) }); err != nil {
@@ -177,7 +177,7 @@ func requestCancels(ctx context.Context, t *testing.T, env *envtest.Environment,
 }
 
 // deleteBackup deletes the last Backup, as `kubectl delete backup` would.
-func deleteBackup(ctx context.Context, t *testing.T, env *envtest.Environment, load *workload) {
+func deleteBackup(ctx context.Context, t testing.TB, env *envtest.Environment, load *workload) {
 	t.Helper()
 	b := load.backups[len(load.backups)-1]
 	load.deletedAt[b.Name] = time.Now()

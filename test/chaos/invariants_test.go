@@ -179,7 +179,7 @@ var allowedTransitions = map[[2]velerov1api.BackupPhase]bool{
 }
 
 // check compares the end state with what the plugin knows of every operation.
-func check(ctx context.Context, t *testing.T, env *envtest.Environment, bucketDir string, load *workload, w *watcher) *invariants {
+func check(ctx context.Context, t testing.TB, env *envtest.Environment, bucketDir string, load *workload, w *watcher) *invariants {
 	t.Helper()
 	inv := &invariants{}
 	store, err := sim.NewStore()
@@ -332,7 +332,7 @@ func logsContaining(dir, secret string) []string {
 
 // eventsContaining counts the Events in Velero's namespace whose message
 // holds secret.
-func eventsContaining(ctx context.Context, t *testing.T, env *envtest.Environment, secret string) int {
+func eventsContaining(ctx context.Context, t testing.TB, env *envtest.Environment, secret string) int {
 	t.Helper()
 	list := &corev1.EventList{}
 	if err := env.Client.List(ctx, list, client.InNamespace(envtest.VeleroNamespace)); err != nil {

@@ -23,9 +23,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -51,126 +51,6 @@ func getCRD(g Gomega) *unstructured.Unstructured {
 	return crd
 }
 
-// TestInstallUpgradeUninstall runs first: it installs the CRD the later
-// tests apply objects of. Helm never upgrades CRDs in crds/, so the chart
-// ships its CRD as a template; this proves an upgrade changes it and an
-// uninstall keeps it.
-func TestInstallUpgradeUninstall(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-
-	_, err := helm("install", "itemops", chartDir, "--namespace", envtest.VeleroNamespace)
-	g.Expect(err).NotTo(HaveOccurred())
-	crd := getCRD(g)
-	g.Expect(crd.GetAnnotations()).To(HaveKeyWithValue("helm.sh/resource-policy", "keep"))
-	g.Expect(crd.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"))
-	deployment := &appsv1.Deployment{}
-	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: envtest.VeleroNamespace, Name: "itemops"}, deployment)).To(Succeed())
-
-	// The next release of the chart changes the CRD (here: one more
-	// printer column); helm upgrade must carry the change to the cluster.
-	next := filepath.Join(t.TempDir(), "itemops")
-	g.Expect(exec.Command("cp", "-r", chartDir, next).Run()).To(Succeed())
-	crdFile := filepath.Join(next, "files", "crds", "itemops.io_itemoperations.yaml")
-	raw, err := os.ReadFile(crdFile)
-	g.Expect(err).NotTo(HaveOccurred())
-	changed := strings.Replace(string(raw), "additionalPrinterColumns:\n", "additionalPrinterColumns:\n    - jsonPath: .spec.snapshotLocation\n      name: Upgraded\n      priority: 1\n      type: string\n", 1)
-	g.Expect(changed).NotTo(Equal(string(raw)))
-	g.Expect(os.WriteFile(crdFile, []byte(changed), 0o644)).To(Succeed())
-	_, err = helm("upgrade", "itemops", next, "--namespace", envtest.VeleroNamespace)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Eventually(func(g Gomega) string {
-		columns, _, _ := unstructured.NestedSlice(getCRD(g).Object, "spec", "versions")
-		out, _ := yaml.Marshal(columns)
-		return string(out)
-	}, 10*time.Second, 100*time.Millisecond).Should(ContainSubstring("Upgraded"))
-
-	// Back to this chart, then uninstall: the CRD, and so every
-	// ItemOperation, stays.
-	_, err = helm("upgrade", "itemops", chartDir, "--namespace", envtest.VeleroNamespace)
-	g.Expect(err).NotTo(HaveOccurred())
-	_, err = helm("uninstall", "itemops", "--namespace", envtest.VeleroNamespace, "--wait")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(getCRD(g).GetDeletionTimestamp()).To(BeNil())
-	err = env.Client.Get(ctx, client.ObjectKey{Namespace: envtest.VeleroNamespace, Name: "itemops"}, &appsv1.Deployment{})
-	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the Deployment is removed: %v", err)
-}
-
-func TestLint(t *testing.T) {
-	for name, args := range valuesFiles(t) {
-		t.Run(name, func(t *testing.T) {
-			out, err := helm(append([]string{"lint", "--strict", chartDir}, args...)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			NewWithT(t).Expect(out).To(ContainSubstring("0 chart(s) failed"))
-		})
-	}
-}
-
-func TestValuesSchemaRejectsBadValues(t *testing.T) {
-	cases := []struct {
-		name string
-		set  []string
-		want string
-	}{
-		{"unknown mode", []string{"mode=bogus"}, "/mode"},
-		{"replicas without leader election", []string{"replicas=2", "leaderElection.enabled=false"}, "/leaderElection/enabled"},
-		{"duration that is not one", []string{"syncFrequency=ten seconds"}, "/syncFrequency"},
-		{"extra argument that is not a flag", []string{"extraArgs[0]=debug"}, "/extraArgs/0"},
-		{"misspelt value", []string{"leaderElections.enabled=true"}, "leaderElections"},
-		{"pull policy", []string{"image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
-		{"metrics port", []string{"metrics.port=0"}, "/metrics/port"},
-		{"namespace", []string{"veleroNamespace=Velero_NS"}, "/veleroNamespace"},
-		{"init container without image", []string{"initContainers[0].name=aws"}, "/initContainers/0"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
-			args := []string{"template", "itemops", chartDir}
-			for _, s := range tc.set {
-				args = append(args, "--set", s)
-			}
-			out, err := helm(args...)
-			g.Expect(err).To(HaveOccurred(), "accepted: %s", tc.set)
-			g.Expect(out).To(ContainSubstring("values don't meet the specifications of the schema"))
-			g.Expect(out).To(ContainSubstring(tc.want))
-		})
-	}
-}
-
-// TestRenderedObjectsApply sends every rendered object to the API server as
-// a server-side dry run, so any schema mistake fails here, not at install.
-func TestRenderedObjectsApply(t *testing.T) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "backup-system"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	for name, args := range valuesFiles(t) {
-		t.Run(name, func(t *testing.T) {
-			g := NewWithT(t)
-			objects := render(t, args...)
-			g.Expect(find(objects, "Deployment")).To(HaveLen(1))
-			for _, obj := range objects {
-				err := env.Client.Patch(context.Background(), obj, client.Apply, client.DryRunAll,
-					client.FieldOwner("itemops-chart-test"), client.ForceOwnership)
-				g.Expect(err).NotTo(HaveOccurred(), "applying %s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
-			}
-		})
-	}
-	t.Run("everything optional is rendered", func(t *testing.T) {
-		g := NewWithT(t)
-		objects := render(t, "--values", filepath.Join(chartDir, "ci", "manage-values.yaml"))
-		for _, kind := range []string{"ServiceMonitor", "PrometheusRule", "PodDisruptionBudget", "ConfigMap", "Service"} {
-			g.Expect(find(objects, kind)).To(HaveLen(1), kind)
-		}
-		dashboard := find(objects, "ConfigMap")[0]
-		g.Expect(dashboard.GetLabels()).To(HaveKeyWithValue("grafana_dashboard", "1"))
-		data, _, _ := unstructured.NestedString(dashboard.Object, "data", "itemops.json")
-		g.Expect(data).To(ContainSubstring(`"uid": "itemops"`))
-	})
-}
-
 // podOf returns the pod the rendered Deployment would run.
 func podOf(g Gomega, objects []*unstructured.Unstructured, namespace string) *corev1.Pod {
 	deployments := find(objects, "Deployment")
@@ -181,58 +61,6 @@ func podOf(g Gomega, objects []*unstructured.Unstructured, namespace string) *co
 		ObjectMeta: metav1.ObjectMeta{Name: "itemops-pss", Namespace: namespace, Labels: d.Spec.Template.Labels},
 		Spec:       d.Spec.Template.Spec,
 	}
-}
-
-// TestPodPassesTheRestrictedPodSecurityStandard has the API server's own
-// PodSecurity admission judge the pod, in a namespace that enforces restricted.
-func TestPodPassesTheRestrictedPodSecurityStandard(t *testing.T) {
-	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "restricted",
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}
-	if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	for name, args := range valuesFiles(t) {
-		t.Run(name, func(t *testing.T) {
-			g := NewWithT(t)
-			pod := podOf(g, render(t, args...), ns.Name)
-			g.Expect(env.Client.Create(ctx, pod, client.DryRunAll)).To(Succeed())
-		})
-	}
-	t.Run("the check can fail", func(t *testing.T) {
-		g := NewWithT(t)
-		pod := podOf(g, render(t, "--set", "securityContext.allowPrivilegeEscalation=true"), ns.Name)
-		err := env.Client.Create(ctx, pod, client.DryRunAll)
-		g.Expect(err).To(HaveOccurred())
-		g.Expect(err.Error()).To(ContainSubstring(`violates PodSecurity "restricted:latest"`))
-	})
-}
-
-// TestCRDsAreTheGeneratedOnes: the chart's CRD is config/crd/bases, byte
-// for byte in files/, and as rendered apart from helm's metadata.
-func TestCRDsAreTheGeneratedOnes(t *testing.T) {
-	g := NewWithT(t)
-	root := filepath.Dir(filepath.Dir(chartDir))
-	bases, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(bases).NotTo(BeEmpty())
-	rendered := find(render(t), "CustomResourceDefinition")
-	g.Expect(rendered).To(HaveLen(len(bases)))
-	for _, base := range bases {
-		want, err := os.ReadFile(base)
-		g.Expect(err).NotTo(HaveOccurred())
-		got, err := os.ReadFile(filepath.Join(chartDir, "files", "crds", filepath.Base(base)))
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(string(got)).To(Equal(string(want)), "files/crds/%s", filepath.Base(base))
-
-		wantCRD := &apiextensionsv1.CustomResourceDefinition{}
-		g.Expect(yaml.Unmarshal(want, wantCRD)).To(Succeed())
-		gotCRD := &apiextensionsv1.CustomResourceDefinition{}
-		g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(rendered[0].Object, gotCRD)).To(Succeed())
-		g.Expect(gotCRD.Spec).To(Equal(wantCRD.Spec))
-		g.Expect(gotCRD.Name).To(Equal(wantCRD.Name))
-	}
-	g.Expect(find(render(t, "--set", "crds.install=false"), "CustomResourceDefinition")).To(BeEmpty())
 }
 
 // rules returns the rules of the rendered Roles and ClusterRoles.
@@ -261,64 +89,6 @@ func verbsOn(rules []rbacv1.PolicyRule, group, resource string) []string {
 	return verbs
 }
 
-func TestRBACIsLeastPrivilege(t *testing.T) {
-	for _, mode := range []string{"observe", "manage"} {
-		t.Run(mode, func(t *testing.T) {
-			g := NewWithT(t)
-			objects := render(t, "--set", "mode="+mode)
-			roles := rules(g, objects, "Role")
-			clusterRoles := rules(g, objects, "ClusterRole")
-			g.Expect(roles).To(HaveKey("itemops-manager"))
-			for _, obj := range find(objects, "Role") {
-				g.Expect(obj.GetNamespace()).To(Equal(envtest.VeleroNamespace), "every Role is in Velero's namespace")
-			}
-			for name, rs := range merge(roles, clusterRoles) {
-				for _, r := range rs {
-					for _, field := range [][]string{r.Verbs, r.Resources, r.APIGroups} {
-						g.Expect(field).NotTo(ContainElement("*"), "wildcard in %s: %+v", name, r)
-					}
-					g.Expect(r.NonResourceURLs).To(BeEmpty(), name)
-				}
-				g.Expect(verbsOn(rs, "", "secrets")).To(Or(BeEmpty(), Equal([]string{"get"})), "Secrets are only ever read, one by one: %s", name)
-			}
-			for name, rs := range clusterRoles {
-				for _, r := range rs {
-					if name == "itemops-plugins" {
-						g.Expect(r.Verbs).To(Equal([]string{"get"}), "plugins only read outside Velero's namespace")
-						continue
-					}
-					if slices.Equal(r.APIGroups, []string{"velero.io"}) {
-						// For kubectl itemops: people who may read operations may read their parents.
-						g.Expect(r.Resources).To(ConsistOf("backups", "restores"), name)
-						g.Expect(r.Verbs).To(ConsistOf("get", "list", "watch"), "people's ClusterRoles only read Velero's objects: %s", name)
-						continue
-					}
-					g.Expect(r.APIGroups).To(Equal([]string{"itemops.io"}), "a ClusterRole grants only ItemOperations and reading their parents: %s", name)
-				}
-			}
-			// What Velero's built-in plugins do when itemops calls them.
-			g.Expect(verbsOn(roles["itemops-plugins"], "velero.io", "datauploads")).To(ConsistOf("list", "patch"))
-			g.Expect(verbsOn(roles["itemops-plugins"], "velero.io", "datadownloads")).To(ConsistOf("list", "patch"))
-			g.Expect(verbsOn(clusterRoles["itemops-plugins"], "snapshot.storage.k8s.io", "volumesnapshots")).To(ConsistOf("get"))
-			g.Expect(verbsOn(clusterRoles["itemops-plugins"], "snapshot.storage.k8s.io", "volumesnapshotcontents")).To(ConsistOf("get"))
-			manager := roles["itemops-manager"]
-			g.Expect(verbsOn(manager, "", "secrets")).To(Equal([]string{"get"}))
-			g.Expect(verbsOn(manager, "velero.io", "backupstoragelocations")).To(ConsistOf("get", "list", "watch"))
-			g.Expect(verbsOn(manager, "velero.io", "volumesnapshotlocations")).To(ConsistOf("get", "list", "watch"))
-			g.Expect(verbsOn(manager, "velero.io", "deletebackuprequests")).To(ConsistOf("get", "list", "watch"))
-			for _, parent := range []string{"backups", "restores"} {
-				if mode == "manage" {
-					g.Expect(verbsOn(manager, "velero.io", parent)).To(ConsistOf("get", "list", "watch", "patch"))
-				} else {
-					g.Expect(verbsOn(manager, "velero.io", parent)).To(ConsistOf("get", "list", "watch"), "observe mode never writes to Velero's objects")
-				}
-				g.Expect(verbsOn(manager, "velero.io", parent)).NotTo(ContainElements("create", "update", "delete"))
-			}
-			g.Expect(verbsOn(roles["itemops-leader-election"], "coordination.k8s.io", "leases")).NotTo(BeEmpty())
-		})
-	}
-}
-
 func merge(maps ...map[string][]rbacv1.PolicyRule) map[string][]rbacv1.PolicyRule {
 	out := map[string][]rbacv1.PolicyRule{}
 	for _, m := range maps {
@@ -329,67 +99,313 @@ func merge(maps ...map[string][]rbacv1.PolicyRule) map[string][]rbacv1.PolicyRul
 	return out
 }
 
-// TestKustomizeAlertsAreTheChartsAlerts keeps config/prometheus/rules.yaml
-// equal to the chart's PrometheusRule with its default thresholds.
-func TestKustomizeAlertsAreTheChartsAlerts(t *testing.T) {
-	g := NewWithT(t)
-	root := filepath.Dir(filepath.Dir(chartDir))
-	raw, err := os.ReadFile(filepath.Join(root, "config", "prometheus", "rules.yaml"))
-	g.Expect(err).NotTo(HaveOccurred())
-	kustomize := map[string]any{}
-	g.Expect(yaml.Unmarshal(raw, &kustomize)).To(Succeed())
-	rules := find(render(t, "--set", "metrics.prometheusRule.enabled=true"), "PrometheusRule")
-	g.Expect(rules).To(HaveLen(1))
-	g.Expect(kustomize["spec"]).To(Equal(rules[0].Object["spec"]))
-}
+// Ordered: the first spec installs the CRD the later ones apply objects of.
+var _ = Describe("The chart", Ordered, func() {
+	// Helm installs, upgrades and uninstalls the chart. Helm never upgrades CRDs in crds/, so the chart
+	// ships its CRD as a template; this proves an upgrade changes it and an
+	// uninstall keeps it.
+	It("installs, upgrades its CRD and uninstalls keeping the CRD", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
 
-// TestVelerosBuiltinPluginsComeWithAPlainInstall: by default the velero
-// binary is copied into the plugin directory from Velero's image (which has
-// no cp, so with itemops' cp-plugin) and its plugins' permissions granted;
-// both go away together, and third-party plugins' rules and the velero
-// server's arguments have their own values.
-func TestVelerosBuiltinPluginsComeWithAPlainInstall(t *testing.T) {
-	g := NewWithT(t)
-	initContainers := func(objects []*unstructured.Unstructured) map[string]corev1.Container {
-		deployments := find(objects, "Deployment")
-		g.Expect(deployments).To(HaveLen(1))
-		d := &appsv1.Deployment{}
-		g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(deployments[0].Object, d)).To(Succeed())
-		out := map[string]corev1.Container{}
-		for _, c := range d.Spec.Template.Spec.InitContainers {
-			out[c.Name] = c
+		_, err := helm("install", "itemops", chartDir, "--namespace", envtest.VeleroNamespace)
+		g.Expect(err).NotTo(HaveOccurred())
+		crd := getCRD(g)
+		g.Expect(crd.GetAnnotations()).To(HaveKeyWithValue("helm.sh/resource-policy", "keep"))
+		g.Expect(crd.GetLabels()).To(HaveKeyWithValue("app.kubernetes.io/managed-by", "Helm"))
+		deployment := &appsv1.Deployment{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: envtest.VeleroNamespace, Name: "itemops"}, deployment)).To(Succeed())
+
+		// The next release of the chart changes the CRD (here: one more
+		// printer column); helm upgrade must carry the change to the cluster.
+		next := filepath.Join(t.TempDir(), "itemops")
+		g.Expect(exec.Command("cp", "-r", chartDir, next).Run()).To(Succeed())
+		crdFile := filepath.Join(next, "files", "crds", "itemops.io_itemoperations.yaml")
+		raw, err := os.ReadFile(crdFile)
+		g.Expect(err).NotTo(HaveOccurred())
+		changed := strings.Replace(string(raw), "additionalPrinterColumns:\n", "additionalPrinterColumns:\n    - jsonPath: .spec.snapshotLocation\n      name: Upgraded\n      priority: 1\n      type: string\n", 1)
+		g.Expect(changed).NotTo(Equal(string(raw)))
+		g.Expect(os.WriteFile(crdFile, []byte(changed), 0o644)).To(Succeed())
+		_, err = helm("upgrade", "itemops", next, "--namespace", envtest.VeleroNamespace)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Eventually(func(g Gomega) string {
+			columns, _, _ := unstructured.NestedSlice(getCRD(g).Object, "spec", "versions")
+			out, _ := yaml.Marshal(columns)
+			return string(out)
+		}, 10*time.Second, 100*time.Millisecond).Should(ContainSubstring("Upgraded"))
+
+		// Back to this chart, then uninstall: the CRD, and so every
+		// ItemOperation, stays.
+		_, err = helm("upgrade", "itemops", chartDir, "--namespace", envtest.VeleroNamespace)
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = helm("uninstall", "itemops", "--namespace", envtest.VeleroNamespace, "--wait")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(getCRD(g).GetDeletionTimestamp()).To(BeNil())
+		err = env.Client.Get(ctx, client.ObjectKey{Namespace: envtest.VeleroNamespace, Name: "itemops"}, &appsv1.Deployment{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the Deployment is removed: %v", err)
+	})
+
+	Describe("lint", func() {
+		for name, args := range valuesFiles() {
+			It(name, func() {
+				t := GinkgoTB()
+				out, err := helm(append([]string{"lint", "--strict", chartDir}, args...)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				NewWithT(t).Expect(out).To(ContainSubstring("0 chart(s) failed"))
+			})
 		}
-		out["manager"] = d.Spec.Template.Spec.Containers[0]
-		return out
-	}
+	})
 
-	plain := render(t)
-	containers := initContainers(plain)
-	g.Expect(containers).To(HaveKey("velero-builtin-plugins"))
-	velero := containers["velero-builtin-plugins"]
-	g.Expect(velero.Image).To(Equal("velero/velero:v1.18.3"))
-	g.Expect(velero.Command).To(Equal([]string{"/tools/cp-plugin", "/velero", "/target/velero"}))
-	g.Expect(velero.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "plugins", MountPath: "/target"}))
-	g.Expect(containers["cp-plugin"].Image).To(Equal(containers["manager"].Image), "cp-plugin comes from itemops' own image")
-	g.Expect(rules(g, plain, "Role")).To(HaveKey("itemops-plugins"))
-	g.Expect(rules(g, plain, "ClusterRole")).To(HaveKey("itemops-plugins"))
-	g.Expect(containers["manager"].Args).NotTo(ContainElement(HavePrefix("--plugin-args")))
+	Describe("values schema rejects bad values", func() {
+		cases := []struct {
+			name string
+			set  []string
+			want string
+		}{
+			{"unknown mode", []string{"mode=bogus"}, "/mode"},
+			{"replicas without leader election", []string{"replicas=2", "leaderElection.enabled=false"}, "/leaderElection/enabled"},
+			{"duration that is not one", []string{"syncFrequency=ten seconds"}, "/syncFrequency"},
+			{"extra argument that is not a flag", []string{"extraArgs[0]=debug"}, "/extraArgs/0"},
+			{"misspelt value", []string{"leaderElections.enabled=true"}, "leaderElections"},
+			{"pull policy", []string{"image.pullPolicy=Sometimes"}, "/image/pullPolicy"},
+			{"metrics port", []string{"metrics.port=0"}, "/metrics/port"},
+			{"namespace", []string{"veleroNamespace=Velero_NS"}, "/veleroNamespace"},
+			{"init container without image", []string{"initContainers[0].name=aws"}, "/initContainers/0"},
+		}
+		for _, tc := range cases {
+			It(tc.name, func() {
+				g := NewWithT(GinkgoT())
+				args := []string{"template", "itemops", chartDir}
+				for _, s := range tc.set {
+					args = append(args, "--set", s)
+				}
+				out, err := helm(args...)
+				g.Expect(err).To(HaveOccurred(), "accepted: %s", tc.set)
+				g.Expect(out).To(ContainSubstring("values don't meet the specifications of the schema"))
+				g.Expect(out).To(ContainSubstring(tc.want))
+			})
+		}
+	})
 
-	off := render(t, "--set", "builtinPlugins.enabled=false")
-	g.Expect(initContainers(off)).To(HaveLen(1), "only the manager")
-	g.Expect(rules(g, off, "Role")).NotTo(HaveKey("itemops-plugins"))
-	g.Expect(rules(g, off, "ClusterRole")).NotTo(HaveKey("itemops-plugins"))
+	// It sends every rendered object to the API server as
+	// a server-side dry run, so any schema mistake fails here, not at install.
+	Describe("rendered objects apply", func() {
+		BeforeEach(func() {
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "backup-system"}}
+			if err := env.Client.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+				Expect(err).NotTo(HaveOccurred())
+			}
+		})
+		for name, args := range valuesFiles() {
+			It(name, func() {
+				t := GinkgoTB()
+				g := NewWithT(t)
+				objects := render(t, args...)
+				g.Expect(find(objects, "Deployment")).To(HaveLen(1))
+				for _, obj := range objects {
+					err := env.Client.Patch(context.Background(), obj, client.Apply, client.DryRunAll,
+						client.FieldOwner("itemops-chart-test"), client.ForceOwnership)
+					g.Expect(err).NotTo(HaveOccurred(), "applying %s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
+				}
+			})
+		}
+		It("everything optional is rendered", func() {
+			t := GinkgoTB()
+			g := NewWithT(t)
+			objects := render(t, "--values", filepath.Join(chartDir, "ci", "manage-values.yaml"))
+			for _, kind := range []string{"ServiceMonitor", "PrometheusRule", "PodDisruptionBudget", "ConfigMap", "Service"} {
+				g.Expect(find(objects, kind)).To(HaveLen(1), kind)
+			}
+			dashboard := find(objects, "ConfigMap")[0]
+			g.Expect(dashboard.GetLabels()).To(HaveKeyWithValue("grafana_dashboard", "1"))
+			data, _, _ := unstructured.NestedString(dashboard.Object, "data", "itemops.json")
+			g.Expect(data).To(ContainSubstring(`"uid": "itemops"`))
+		})
+	})
 
-	custom := render(t, "--set", "builtinPlugins.enabled=false", "--set", "builtinPlugins.image.tag=v1.17.1",
-		"--set", "pluginArgs={--features=EnableCSI,--client-qps=100}",
-		"--set", "rbac.pluginRules[0].apiGroups[0]=example.io", "--set", "rbac.pluginRules[0].resources[0]=copyjobs",
-		"--set", "rbac.pluginRules[0].verbs[0]=get", "--set", "rbac.pluginClusterRules[0].apiGroups[0]=example.io",
-		"--set", "rbac.pluginClusterRules[0].resources[0]=regions", "--set", "rbac.pluginClusterRules[0].verbs[0]=list")
-	g.Expect(verbsOn(rules(g, custom, "Role")["itemops-plugins"], "example.io", "copyjobs")).To(Equal([]string{"get"}))
-	g.Expect(verbsOn(rules(g, custom, "Role")["itemops-plugins"], "velero.io", "datauploads")).To(BeEmpty())
-	g.Expect(verbsOn(rules(g, custom, "ClusterRole")["itemops-plugins"], "example.io", "regions")).To(Equal([]string{"list"}))
-	g.Expect(initContainers(custom)["manager"].Args).To(ContainElements("--plugin-args=--features=EnableCSI", "--plugin-args=--client-qps=100"))
+	// It has the API server's own
+	// PodSecurity admission judge the pod, in a namespace that enforces restricted.
+	Describe("pod passes the restricted pod security standard", func() {
+		ctx := context.Background()
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "restricted",
+			Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}
+		BeforeEach(func() {
+			if err := env.Client.Create(ctx, ns.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
+				Expect(err).NotTo(HaveOccurred())
+			}
+		})
+		for name, args := range valuesFiles() {
+			It(name, func() {
+				t := GinkgoTB()
+				g := NewWithT(t)
+				pod := podOf(g, render(t, args...), ns.Name)
+				g.Expect(env.Client.Create(ctx, pod, client.DryRunAll)).To(Succeed())
+			})
+		}
+		It("the check can fail", func() {
+			t := GinkgoTB()
+			g := NewWithT(t)
+			pod := podOf(g, render(t, "--set", "securityContext.allowPrivilegeEscalation=true"), ns.Name)
+			err := env.Client.Create(ctx, pod, client.DryRunAll)
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(ContainSubstring(`violates PodSecurity "restricted:latest"`))
+		})
+	})
 
-	withTag := initContainers(render(t, "--set", "builtinPlugins.image.tag=v1.17.1"))
-	g.Expect(withTag["velero-builtin-plugins"].Image).To(Equal("velero/velero:v1.17.1"))
-}
+	// The chart's CRD is config/crd/bases, byte
+	// for byte in files/, and as rendered apart from helm's metadata.
+	It("installs the generated CRDs", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		root := filepath.Dir(filepath.Dir(chartDir))
+		bases, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(bases).NotTo(BeEmpty())
+		rendered := find(render(t), "CustomResourceDefinition")
+		g.Expect(rendered).To(HaveLen(len(bases)))
+		for _, base := range bases {
+			want, err := os.ReadFile(base)
+			g.Expect(err).NotTo(HaveOccurred())
+			got, err := os.ReadFile(filepath.Join(chartDir, "files", "crds", filepath.Base(base)))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(string(got)).To(Equal(string(want)), "files/crds/%s", filepath.Base(base))
+
+			wantCRD := &apiextensionsv1.CustomResourceDefinition{}
+			g.Expect(yaml.Unmarshal(want, wantCRD)).To(Succeed())
+			gotCRD := &apiextensionsv1.CustomResourceDefinition{}
+			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(rendered[0].Object, gotCRD)).To(Succeed())
+			g.Expect(gotCRD.Spec).To(Equal(wantCRD.Spec))
+			g.Expect(gotCRD.Name).To(Equal(wantCRD.Name))
+		}
+		g.Expect(find(render(t, "--set", "crds.install=false"), "CustomResourceDefinition")).To(BeEmpty())
+	})
+
+	Describe("RBAC is least privilege", func() {
+		for _, mode := range []string{"observe", "manage"} {
+			It(mode, func() {
+				t := GinkgoTB()
+				g := NewWithT(t)
+				objects := render(t, "--set", "mode="+mode)
+				roles := rules(g, objects, "Role")
+				clusterRoles := rules(g, objects, "ClusterRole")
+				g.Expect(roles).To(HaveKey("itemops-manager"))
+				for _, obj := range find(objects, "Role") {
+					g.Expect(obj.GetNamespace()).To(Equal(envtest.VeleroNamespace), "every Role is in Velero's namespace")
+				}
+				for name, rs := range merge(roles, clusterRoles) {
+					for _, r := range rs {
+						for _, field := range [][]string{r.Verbs, r.Resources, r.APIGroups} {
+							g.Expect(field).NotTo(ContainElement("*"), "wildcard in %s: %+v", name, r)
+						}
+						g.Expect(r.NonResourceURLs).To(BeEmpty(), name)
+					}
+					g.Expect(verbsOn(rs, "", "secrets")).To(Or(BeEmpty(), Equal([]string{"get"})), "Secrets are only ever read, one by one: %s", name)
+				}
+				for name, rs := range clusterRoles {
+					for _, r := range rs {
+						if name == "itemops-plugins" {
+							g.Expect(r.Verbs).To(Equal([]string{"get"}), "plugins only read outside Velero's namespace")
+							continue
+						}
+						if slices.Equal(r.APIGroups, []string{"velero.io"}) {
+							// For kubectl itemops: people who may read operations may read their parents.
+							g.Expect(r.Resources).To(ConsistOf("backups", "restores"), name)
+							g.Expect(r.Verbs).To(ConsistOf("get", "list", "watch"), "people's ClusterRoles only read Velero's objects: %s", name)
+							continue
+						}
+						g.Expect(r.APIGroups).To(Equal([]string{"itemops.io"}), "a ClusterRole grants only ItemOperations and reading their parents: %s", name)
+					}
+				}
+				// What Velero's built-in plugins do when itemops calls them.
+				g.Expect(verbsOn(roles["itemops-plugins"], "velero.io", "datauploads")).To(ConsistOf("list", "patch"))
+				g.Expect(verbsOn(roles["itemops-plugins"], "velero.io", "datadownloads")).To(ConsistOf("list", "patch"))
+				g.Expect(verbsOn(clusterRoles["itemops-plugins"], "snapshot.storage.k8s.io", "volumesnapshots")).To(ConsistOf("get"))
+				g.Expect(verbsOn(clusterRoles["itemops-plugins"], "snapshot.storage.k8s.io", "volumesnapshotcontents")).To(ConsistOf("get"))
+				manager := roles["itemops-manager"]
+				g.Expect(verbsOn(manager, "", "secrets")).To(Equal([]string{"get"}))
+				g.Expect(verbsOn(manager, "velero.io", "backupstoragelocations")).To(ConsistOf("get", "list", "watch"))
+				g.Expect(verbsOn(manager, "velero.io", "volumesnapshotlocations")).To(ConsistOf("get", "list", "watch"))
+				g.Expect(verbsOn(manager, "velero.io", "deletebackuprequests")).To(ConsistOf("get", "list", "watch"))
+				for _, parent := range []string{"backups", "restores"} {
+					if mode == "manage" {
+						g.Expect(verbsOn(manager, "velero.io", parent)).To(ConsistOf("get", "list", "watch", "patch"))
+					} else {
+						g.Expect(verbsOn(manager, "velero.io", parent)).To(ConsistOf("get", "list", "watch"), "observe mode never writes to Velero's objects")
+					}
+					g.Expect(verbsOn(manager, "velero.io", parent)).NotTo(ContainElements("create", "update", "delete"))
+				}
+				g.Expect(verbsOn(roles["itemops-leader-election"], "coordination.k8s.io", "leases")).NotTo(BeEmpty())
+			})
+		}
+	})
+
+	// It keeps config/prometheus/rules.yaml
+	// equal to the chart's PrometheusRule with its default thresholds.
+	It("kustomize alerts are the chart's alerts", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		root := filepath.Dir(filepath.Dir(chartDir))
+		raw, err := os.ReadFile(filepath.Join(root, "config", "prometheus", "rules.yaml"))
+		g.Expect(err).NotTo(HaveOccurred())
+		kustomize := map[string]any{}
+		g.Expect(yaml.Unmarshal(raw, &kustomize)).To(Succeed())
+		rules := find(render(t, "--set", "metrics.prometheusRule.enabled=true"), "PrometheusRule")
+		g.Expect(rules).To(HaveLen(1))
+		g.Expect(kustomize["spec"]).To(Equal(rules[0].Object["spec"]))
+	})
+
+	// By default the velero
+	// binary is copied into the plugin directory from Velero's image (which has
+	// no cp, so with itemops' cp-plugin) and its plugins' permissions granted;
+	// both go away together, and third-party plugins' rules and the velero
+	// server's arguments have their own values.
+	It("Velero's builtin plugins come with a plain install", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		initContainers := func(objects []*unstructured.Unstructured) map[string]corev1.Container {
+			deployments := find(objects, "Deployment")
+			g.Expect(deployments).To(HaveLen(1))
+			d := &appsv1.Deployment{}
+			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(deployments[0].Object, d)).To(Succeed())
+			out := map[string]corev1.Container{}
+			for _, c := range d.Spec.Template.Spec.InitContainers {
+				out[c.Name] = c
+			}
+			out["manager"] = d.Spec.Template.Spec.Containers[0]
+			return out
+		}
+
+		plain := render(t)
+		containers := initContainers(plain)
+		g.Expect(containers).To(HaveKey("velero-builtin-plugins"))
+		velero := containers["velero-builtin-plugins"]
+		g.Expect(velero.Image).To(Equal("velero/velero:v1.18.3"))
+		g.Expect(velero.Command).To(Equal([]string{"/tools/cp-plugin", "/velero", "/target/velero"}))
+		g.Expect(velero.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "plugins", MountPath: "/target"}))
+		g.Expect(containers["cp-plugin"].Image).To(Equal(containers["manager"].Image), "cp-plugin comes from itemops' own image")
+		g.Expect(rules(g, plain, "Role")).To(HaveKey("itemops-plugins"))
+		g.Expect(rules(g, plain, "ClusterRole")).To(HaveKey("itemops-plugins"))
+		g.Expect(containers["manager"].Args).NotTo(ContainElement(HavePrefix("--plugin-args")))
+
+		off := render(t, "--set", "builtinPlugins.enabled=false")
+		g.Expect(initContainers(off)).To(HaveLen(1), "only the manager")
+		g.Expect(rules(g, off, "Role")).NotTo(HaveKey("itemops-plugins"))
+		g.Expect(rules(g, off, "ClusterRole")).NotTo(HaveKey("itemops-plugins"))
+
+		custom := render(t, "--set", "builtinPlugins.enabled=false", "--set", "builtinPlugins.image.tag=v1.17.1",
+			"--set", "pluginArgs={--features=EnableCSI,--client-qps=100}",
+			"--set", "rbac.pluginRules[0].apiGroups[0]=example.io", "--set", "rbac.pluginRules[0].resources[0]=copyjobs",
+			"--set", "rbac.pluginRules[0].verbs[0]=get", "--set", "rbac.pluginClusterRules[0].apiGroups[0]=example.io",
+			"--set", "rbac.pluginClusterRules[0].resources[0]=regions", "--set", "rbac.pluginClusterRules[0].verbs[0]=list")
+		g.Expect(verbsOn(rules(g, custom, "Role")["itemops-plugins"], "example.io", "copyjobs")).To(Equal([]string{"get"}))
+		g.Expect(verbsOn(rules(g, custom, "Role")["itemops-plugins"], "velero.io", "datauploads")).To(BeEmpty())
+		g.Expect(verbsOn(rules(g, custom, "ClusterRole")["itemops-plugins"], "example.io", "regions")).To(Equal([]string{"list"}))
+		g.Expect(initContainers(custom)["manager"].Args).To(ContainElements("--plugin-args=--features=EnableCSI", "--plugin-args=--client-qps=100"))
+
+		withTag := initContainers(render(t, "--set", "builtinPlugins.image.tag=v1.17.1"))
+		g.Expect(withTag["velero-builtin-plugins"].Image).To(Equal("velero/velero:v1.17.1"))
+	})
+})

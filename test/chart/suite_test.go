@@ -27,6 +27,8 @@ import (
 	"strings"
 	"testing"
 
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
@@ -37,65 +39,44 @@ var (
 	env        *envtest.Environment
 	helmBinary string
 	kubeconfig string
-	chartDir   string
+	// chartDir is known while the specs are built: there is one per values file.
+	chartDir = func() string {
+		root, err := envtest.RepoRoot()
+		if err != nil {
+			panic(err)
+		}
+		return filepath.Join(root, "charts", "itemops")
+	}()
 )
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
+func TestChart(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Helm chart", Label("envtest", "chart"))
 }
 
-func run(m *testing.M) int {
-	root, err := envtest.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	chartDir = filepath.Join(root, "charts", "itemops")
-	cmd := exec.Command(filepath.Join(root, "hack", "cached-binary.sh"), "helm")
+var _ = BeforeSuite(func() {
+	cmd := exec.Command(filepath.Join(chartDir, "..", "..", "hack", "cached-binary.sh"), "helm")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "building helm:", err)
-		return 1
-	}
+	Expect(err).NotTo(HaveOccurred(), "building helm")
 	helmBinary = strings.TrimSpace(string(out))
 	prometheus, err := envtest.PrometheusOperatorCRDs()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	Expect(err).NotTo(HaveOccurred())
 	// The chart installs the ItemOperation CRD itself.
 	env, err = envtest.StartWith(envtest.Options{WithoutItemopsCRD: true, ExtraCRDPaths: prometheus})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	dir, err := os.MkdirTemp("", "itemops-chart-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
+
+	dir := GinkgoT().TempDir()
 	config, err := env.Kubeconfig()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	Expect(err).NotTo(HaveOccurred())
 	kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, config, 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	Expect(os.WriteFile(kubeconfig, config, 0o600)).To(Succeed())
 	// helm keeps its caches and configuration here, not in the user's home.
 	for k, v := range map[string]string{"HELM_CACHE_HOME": "cache", "HELM_CONFIG_HOME": "config", "HELM_DATA_HOME": "data"} {
-		if err := os.Setenv(k, filepath.Join(dir, v)); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
+		Expect(os.Setenv(k, filepath.Join(dir, v))).To(Succeed())
 	}
-	return m.Run()
-}
+})
 
 // helm runs the helm CLI against the test API server.
 func helm(args ...string) (string, error) {
@@ -110,7 +91,7 @@ func helm(args ...string) (string, error) {
 }
 
 // render runs helm template for the chart in Velero's namespace.
-func render(t *testing.T, args ...string) []*unstructured.Unstructured {
+func render(t testing.TB, args ...string) []*unstructured.Unstructured {
 	t.Helper()
 	out, err := helm(append([]string{"template", "itemops", chartDir, "--namespace", envtest.VeleroNamespace}, args...)...)
 	if err != nil {
@@ -119,7 +100,7 @@ func render(t *testing.T, args ...string) []*unstructured.Unstructured {
 	return decode(t, out)
 }
 
-func decode(t *testing.T, manifests string) []*unstructured.Unstructured {
+func decode(t testing.TB, manifests string) []*unstructured.Unstructured {
 	t.Helper()
 	decoder := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifests), 4096)
 	var objects []*unstructured.Unstructured
@@ -137,13 +118,13 @@ func decode(t *testing.T, manifests string) []*unstructured.Unstructured {
 	}
 }
 
-// valuesFiles are the values every test renders with: the defaults and ci/.
-func valuesFiles(t *testing.T) map[string][]string {
-	t.Helper()
+// valuesFiles are the values every spec renders with: the defaults and ci/.
+// They are read while the specs are built.
+func valuesFiles() map[string][]string {
 	out := map[string][]string{"default": nil}
 	files, err := filepath.Glob(filepath.Join(chartDir, "ci", "*-values.yaml"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no ci/*-values.yaml in the chart: %v", err)
+		panic(fmt.Sprintf("no ci/*-values.yaml in the chart: %v", err))
 	}
 	for _, f := range files {
 		out[filepath.Base(f)] = []string{"--values", f}

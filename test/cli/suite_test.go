@@ -24,7 +24,6 @@ package cli
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,8 +31,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,45 +60,30 @@ var (
 	kubeconfig, binary string
 )
 
-func TestMain(m *testing.M) {
-	flag.Parse()
+func TestCLI(t *testing.T) {
 	klog.SetLogger(logr.Discard())
 	ctrllog.SetLogger(logr.Discard())
-	os.Exit(run(m))
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "kubectl itemops", Label("envtest", "e2e", "cli"))
 }
 
-func run(m *testing.M) int {
-	work, err := os.MkdirTemp("", "itemops-cli-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = os.RemoveAll(work) }()
+// BeforeSuite starts an API server and builds kubectl-itemops, which the
+// specs run as kubectl would.
+var _ = BeforeSuite(func() {
+	work := GinkgoT().TempDir()
+	var err error
 	env, err = envtest.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
 	config, err := env.Kubeconfig()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	Expect(err).NotTo(HaveOccurred())
 	kubeconfig = filepath.Join(work, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, config, 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	Expect(os.WriteFile(kubeconfig, config, 0o600)).To(Succeed())
 	binary = filepath.Join(work, "kubectl-itemops")
 	build := exec.Command("go", "build", "-o", binary, "./cmd/kubectl-itemops")
-	build.Dir, build.Stdout, build.Stderr = env.RepoRoot, os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building kubectl-itemops:", err)
-		return 1
-	}
-	return m.Run()
-}
+	build.Dir, build.Stdout, build.Stderr = env.RepoRoot, GinkgoWriter, os.Stderr
+	Expect(build.Run()).To(Succeed(), "building kubectl-itemops")
+})
 
 // result is what one command line printed and its exit code.
 type result struct {
@@ -127,7 +113,7 @@ type running struct {
 }
 
 // start runs a command line as the administrator until it ends or the test does.
-func start(t *testing.T, now clock.PassiveClock, args ...string) *running {
+func start(t testing.TB, now clock.PassiveClock, args ...string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -153,7 +139,7 @@ func (r *running) exitCode(g Gomega) int {
 
 // backupIn creates a Backup in phase with Velero's count of attempted
 // operations, as Velero leaves it.
-func backupIn(t *testing.T, namespace, name string, phase velerov1api.BackupPhase, attempted int) *velerov1api.Backup {
+func backupIn(t testing.TB, namespace, name string, phase velerov1api.BackupPhase, attempted int) *velerov1api.Backup {
 	t.Helper()
 	b := &velerov1api.Backup{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
@@ -165,7 +151,7 @@ func backupIn(t *testing.T, namespace, name string, phase velerov1api.BackupPhas
 	return b
 }
 
-func restoreIn(t *testing.T, namespace, name string, phase velerov1api.RestorePhase, attempted int) *velerov1api.Restore {
+func restoreIn(t testing.TB, namespace, name string, phase velerov1api.RestorePhase, attempted int) *velerov1api.Restore {
 	t.Helper()
 	r := &velerov1api.Restore{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
@@ -180,7 +166,7 @@ func restoreIn(t *testing.T, namespace, name string, phase velerov1api.RestorePh
 
 // operation creates the ItemOperation of parent for the item namespace/name,
 // labelled as itemops labels those it ingests.
-func operation(t *testing.T, parent client.Object, item, plugin, id string) *itemopsv1alpha1.ItemOperation {
+func operation(t testing.TB, parent client.Object, item, plugin, id string) *itemopsv1alpha1.ItemOperation {
 	t.Helper()
 	kind, pluginKind := itemopsv1alpha1.ParentKindBackup, itemopsv1alpha1.PluginKindBackupItemAction
 	if _, ok := parent.(*velerov1api.Restore); ok {
@@ -209,7 +195,7 @@ func operation(t *testing.T, parent client.Object, item, plugin, id string) *ite
 }
 
 // setStatus writes an operation's status as itemops does, after change.
-func setStatus(t *testing.T, op *itemopsv1alpha1.ItemOperation, change func(*itemopsv1alpha1.ItemOperationStatus)) {
+func setStatus(t testing.TB, op *itemopsv1alpha1.ItemOperation, change func(*itemopsv1alpha1.ItemOperationStatus)) {
 	t.Helper()
 	original := op.DeepCopy()
 	change(&op.Status)
@@ -219,7 +205,7 @@ func setStatus(t *testing.T, op *itemopsv1alpha1.ItemOperation, change func(*ite
 }
 
 // setBackupPhase moves a Backup as itemops and Velero's finalizer do.
-func setBackupPhase(t *testing.T, b *velerov1api.Backup, phase velerov1api.BackupPhase) {
+func setBackupPhase(t testing.TB, b *velerov1api.Backup, phase velerov1api.BackupPhase) {
 	t.Helper()
 	original := b.DeepCopy()
 	b.Status.Phase = phase
@@ -258,7 +244,7 @@ func stalledNow(s *itemopsv1alpha1.ItemOperationStatus) {
 
 // namespace creates a namespace named prefix-<random> for one test's
 // Backups and Restores, so that what it lists is its own, run after run.
-func namespace(t *testing.T, prefix string) string {
+func namespace(t testing.TB, prefix string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
 	if err := env.Client.Create(context.Background(), ns); err != nil {
@@ -269,7 +255,7 @@ func namespace(t *testing.T, prefix string) string {
 
 // namespaced is a ServiceAccount in namespace bound there to the
 // ClusterRole role, and a kubeconfig with its token.
-func namespaced(t *testing.T, namespace, name, role string) string {
+func namespaced(t testing.TB, namespace, name, role string) string {
 	t.Helper()
 	ctx := context.Background()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/creack/pty"
 	"github.com/hinshun/vt10x"
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"golang.org/x/sys/unix"
 
@@ -40,7 +41,7 @@ import (
 // terminal is kubectl-itemops running in a pseudo-terminal, its output
 // drawn on a virtual terminal screen.
 type terminal struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	master *os.File
 	tty    *os.File
@@ -51,7 +52,7 @@ type terminal struct {
 	exited chan error
 }
 
-func startInTerminal(t *testing.T, cols, rows int, args ...string) *terminal {
+func startInTerminal(t testing.TB, cols, rows int, args ...string) *terminal {
 	t.Helper()
 	master, tty, err := pty.Open()
 	if err != nil {
@@ -138,63 +139,67 @@ func (term *terminal) expectClean(g Gomega) {
 	g.Expect(strings.LastIndex(raw, "\x1b[?25h")).To(BeNumerically(">", strings.LastIndex(raw, "\x1b[?25l")))
 }
 
-// TestWatchDrawsBarsInATerminal runs `kubectl itemops watch` in a
-// pseudo-terminal: bars drawn, advanced between status updates and marked
-// as estimated, snapped to each new status, redrawn for a new width, and
-// the terminal left clean when the Backup ends.
-func TestWatchDrawsBarsInATerminal(t *testing.T) {
-	g := NewWithT(t)
-	ns := namespace(t, "watch-terminal")
-	b := backupIn(t, ns, "nightly", velerov1api.BackupPhaseWaitingForPluginOperations, 2)
-	orders := operation(t, b, "orders-db", "velero.io/csi-pvc-backupper", "du-orders")
-	// 100Mi in the minute since the start: about 1.7Mi/s.
-	setStatus(t, orders, progressAt(time.Now(), gi("100Mi"), gi("1Gi"), 9*time.Minute))
-	search := operation(t, b, "search-index", "itemops.io/sample-datamover", "up-search")
-	setStatus(t, search, ended(itemopsv1alpha1.OperationPhaseFailed, gi("1Gi"), gi("4Gi"), "upload failed at 25%"))
+var _ = Describe("kubectl itemops terminal", func() {
+	// It runs `kubectl itemops watch` in a
+	// pseudo-terminal: bars drawn, advanced between status updates and marked
+	// as estimated, snapped to each new status, redrawn for a new width, and
+	// the terminal left clean when the Backup ends.
+	It("watch draws bars in a terminal", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ns := namespace(t, "watch-terminal")
+		b := backupIn(t, ns, "nightly", velerov1api.BackupPhaseWaitingForPluginOperations, 2)
+		orders := operation(t, b, "orders-db", "velero.io/csi-pvc-backupper", "du-orders")
+		// 100Mi in the minute since the start: about 1.7Mi/s.
+		setStatus(t, orders, progressAt(time.Now(), gi("100Mi"), gi("1Gi"), 9*time.Minute))
+		search := operation(t, b, "search-index", "itemops.io/sample-datamover", "up-search")
+		setStatus(t, search, ended(itemopsv1alpha1.OperationPhaseFailed, gi("1Gi"), gi("4Gi"), "upload failed at 25%"))
 
-	term := startInTerminal(t, 120, 20, "watch", "backup", "nightly", "-n", ns)
-	g.Eventually(term.text, 20*time.Second).Should(And(
-		ContainSubstring("Backup "+ns+"/nightly  WaitingForPluginOperations  0/2 completed, 1 failed"),
-		MatchRegexp(`shop/orders-db\s+velero.io/csi-pvc-backupper\s+InProgress\s+█+░+`),
-		MatchRegexp(`shop/search-index\s+itemops.io/sample-datamover\s+Failed\s+█+░+\s+1Gi/4Gi`),
-		ContainSubstring("error: upload failed at 25%"),
-	))
-	// Between two status writes the bar moves on at the operation's rate.
-	g.Eventually(term.text, 10*time.Second).Should(And(
-		MatchRegexp(`InProgress\s+█*░+\s+~(10[1-9]|1[1-9][0-9])(\.[0-9])?Mi/1Gi`),
-		ContainSubstring("~ estimated from each operation's rate"),
-	))
-	// A new status wins over the estimate (which was near 110Mi).
-	setStatus(t, orders, progressAt(time.Now(), gi("512Mi"), gi("1Gi"), time.Minute))
-	g.Eventually(term.text, 10*time.Second).Should(MatchRegexp(`InProgress\s+█+░+\s+~?(5[1-9][0-9]|[6-9][0-9][0-9])(\.[0-9])?Mi/1Gi`))
+		term := startInTerminal(t, 120, 20, "watch", "backup", "nightly", "-n", ns)
+		g.Eventually(term.text, 20*time.Second).Should(And(
+			ContainSubstring("Backup "+ns+"/nightly  WaitingForPluginOperations  0/2 completed, 1 failed"),
+			MatchRegexp(`shop/orders-db\s+velero.io/csi-pvc-backupper\s+InProgress\s+█+░+`),
+			MatchRegexp(`shop/search-index\s+itemops.io/sample-datamover\s+Failed\s+█+░+\s+1Gi/4Gi`),
+			ContainSubstring("error: upload failed at 25%"),
+		))
+		// Between two status writes the bar moves on at the operation's rate.
+		g.Eventually(term.text, 10*time.Second).Should(And(
+			MatchRegexp(`InProgress\s+█*░+\s+~(10[1-9]|1[1-9][0-9])(\.[0-9])?Mi/1Gi`),
+			ContainSubstring("~ estimated from each operation's rate"),
+		))
+		// A new status wins over the estimate (which was near 110Mi).
+		setStatus(t, orders, progressAt(time.Now(), gi("512Mi"), gi("1Gi"), time.Minute))
+		g.Eventually(term.text, 10*time.Second).Should(MatchRegexp(`InProgress\s+█+░+\s+~?(5[1-9][0-9]|[6-9][0-9][0-9])(\.[0-9])?Mi/1Gi`))
 
-	// Narrower than 100 columns, the plugin column goes.
-	term.resize(90, 20)
-	g.Eventually(term.text, 10*time.Second).Should(And(
-		MatchRegexp(`shop/orders-db\s+InProgress\s+█+░+`),
-		Not(ContainSubstring("velero.io/csi-pvc-backupper")),
-	))
+		// Narrower than 100 columns, the plugin column goes.
+		term.resize(90, 20)
+		g.Eventually(term.text, 10*time.Second).Should(And(
+			MatchRegexp(`shop/orders-db\s+InProgress\s+█+░+`),
+			Not(ContainSubstring("velero.io/csi-pvc-backupper")),
+		))
 
-	setStatus(t, orders, ended(itemopsv1alpha1.OperationPhaseCompleted, gi("1Gi"), gi("1Gi"), ""))
-	setBackupPhase(t, b, velerov1api.BackupPhaseFinalizingPartiallyFailed)
-	setBackupPhase(t, b, velerov1api.BackupPhasePartiallyFailed)
-	g.Expect(term.exitCode(g)).To(Equal(1))
-	g.Eventually(term.text, 5*time.Second).Should(ContainSubstring("backup/nightly ended PartiallyFailed (exit code 1)"))
-	term.expectClean(g)
-}
+		setStatus(t, orders, ended(itemopsv1alpha1.OperationPhaseCompleted, gi("1Gi"), gi("1Gi"), ""))
+		setBackupPhase(t, b, velerov1api.BackupPhaseFinalizingPartiallyFailed)
+		setBackupPhase(t, b, velerov1api.BackupPhasePartiallyFailed)
+		g.Expect(term.exitCode(g)).To(Equal(1))
+		g.Eventually(term.text, 5*time.Second).Should(ContainSubstring("backup/nightly ended PartiallyFailed (exit code 1)"))
+		term.expectClean(g)
+	})
 
-// TestCtrlCLeavesTheTerminalClean stops a live view with Ctrl-C.
-func TestCtrlCLeavesTheTerminalClean(t *testing.T) {
-	g := NewWithT(t)
-	ns := namespace(t, "watch-interrupt")
-	b := backupIn(t, ns, "nightly", velerov1api.BackupPhaseWaitingForPluginOperations, 1)
-	setStatus(t, operation(t, b, "orders-db", "velero.io/csi-pvc-backupper", "du-orders"),
-		progressAt(time.Now(), gi("100Mi"), gi("1Gi"), 9*time.Minute))
+	// It stops a live view with Ctrl-C.
+	It("Ctrl-C leaves the terminal clean", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ns := namespace(t, "watch-interrupt")
+		b := backupIn(t, ns, "nightly", velerov1api.BackupPhaseWaitingForPluginOperations, 1)
+		setStatus(t, operation(t, b, "orders-db", "velero.io/csi-pvc-backupper", "du-orders"),
+			progressAt(time.Now(), gi("100Mi"), gi("1Gi"), 9*time.Minute))
 
-	term := startInTerminal(t, 120, 20, "watch", "backup", "nightly", "-n", ns)
-	g.Eventually(term.text, 20*time.Second).Should(MatchRegexp(`shop/orders-db\s+velero.io/csi-pvc-backupper\s+InProgress\s+█+░+`))
-	_, err := io.WriteString(term.master, "\x03")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(term.exitCode(g)).To(Equal(130))
-	term.expectClean(g)
-}
+		term := startInTerminal(t, 120, 20, "watch", "backup", "nightly", "-n", ns)
+		g.Eventually(term.text, 20*time.Second).Should(MatchRegexp(`shop/orders-db\s+velero.io/csi-pvc-backupper\s+InProgress\s+█+░+`))
+		_, err := io.WriteString(term.master, "\x03")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(term.exitCode(g)).To(Equal(130))
+		term.expectClean(g)
+	})
+})

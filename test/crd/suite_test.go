@@ -20,25 +20,24 @@ limitations under the License.
 package crd
 
 import (
-	"fmt"
-	"os"
 	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 
 	"github.com/itemops/itemops/test/envtest"
 )
 
 var env *envtest.Environment
 
-func TestMain(m *testing.M) {
+func TestCRD(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "ItemOperation CRD", Label("envtest"))
+}
+
+var _ = BeforeSuite(func() {
 	var err error
 	env, err = envtest.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-	}
-	os.Exit(code)
-}
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
+})

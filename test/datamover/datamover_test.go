@@ -64,7 +64,7 @@ type volume struct {
 
 // appNamespace creates a namespace with one bound CSI PVC per volume, each
 // on its own PersistentVolume, as a provisioner leaves them.
-func appNamespace(t *testing.T, name string, volumes ...volume) {
+func appNamespace(t testing.TB, name string, volumes ...volume) {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -80,7 +80,7 @@ func rated(size, rate string) volume {
 }
 
 // startVelero runs the real Velero server with CSI on.
-func startVelero(t *testing.T, extra ...string) *proc.Process {
+func startVelero(t testing.TB, extra ...string) *proc.Process {
 	t.Helper()
 	unlock, err := veleroenv.LockServer()
 	if err != nil {
@@ -105,7 +105,7 @@ type itemops struct {
 }
 
 // startItemops runs itemops in mode as the chart's ServiceAccount for it.
-func startItemops(t *testing.T, mode string, extra ...string) *itemops {
+func startItemops(t testing.TB, mode string, extra ...string) *itemops {
 	t.Helper()
 	probes, err := s3.FreeAddress()
 	if err != nil {
@@ -140,7 +140,7 @@ func (i *itemops) cancelCalls(g Gomega, plugin string) int {
 	return total
 }
 
-func backup(t *testing.T, name, namespace string) *velerov1api.Backup {
+func backup(t testing.TB, name, namespace string) *velerov1api.Backup {
 	t.Helper()
 	b := &velerov1api.Backup{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: envtest.VeleroNamespace},

@@ -32,6 +32,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/itemops/itemops/test/csisim"
@@ -59,25 +62,18 @@ var (
 	cluster *csisim.Cluster
 )
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
+func TestDataMover(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Velero's CSI data mover", Label("velero", "e2e", "envtest", "s3", "datamover", "slow"))
 }
 
-func run(m *testing.M) int {
-	work, err := os.MkdirTemp("", "itemops-datamover-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = os.RemoveAll(work) }()
-	stop, err := setUp(work)
-	defer stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "setting up Velero, the CSI stand-ins and the API server:", err)
-		return 1
-	}
-	return m.Run()
-}
+// BeforeSuite starts an API server, versitygw, the real velero server and
+// the CSI and node-agent stand-ins.
+var _ = BeforeSuite(func() {
+	stop, err := setUp(GinkgoT().TempDir())
+	DeferCleanup(stop)
+	Expect(err).NotTo(HaveOccurred(), "setting up Velero, the CSI stand-ins and the API server")
+})
 
 // setUp starts everything the cases share; stop undoes what was started.
 func setUp(work string) (stop func(), err error) {

@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,7 +47,7 @@ type manager struct {
 	output *proc.Buffer
 }
 
-func startManager(t *testing.T, pluginDir string, args ...string) *manager {
+func startManager(t testing.TB, pluginDir string, args ...string) *manager {
 	t.Helper()
 	kubeconfig, err := env.Kubeconfig()
 	if err != nil {
@@ -85,7 +86,7 @@ var buildPlugins = sync.OnceValues(func() (string, error) {
 })
 
 // waitingBackup creates a Backup waiting for n uploads and their ItemOperations.
-func waitingBackup(t *testing.T, name string, annotations []map[string]string) (*velerov1api.Backup, []string) {
+func waitingBackup(t testing.TB, name string, annotations []map[string]string) (*velerov1api.Backup, []string) {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -127,117 +128,122 @@ func operationPhases(g Gomega, b *velerov1api.Backup) []itemopsv1alpha1.Operatio
 	return phases
 }
 
-func TestObserveModeNeverWritesToTheBackup(t *testing.T) {
-	g := NewWithT(t)
-	pluginDir, err := buildPlugins()
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
-	b, _ := waitingBackup(t, "observed", []map[string]string{
-		{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
-		{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi", sim.AnnotationFailAt: "10"},
-	})
-	before := b.ResourceVersion
-	m := startManager(t, pluginDir, "--mode=observe")
-	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
-		Should(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseFailed), "manager output:\n%s", m.output.String())
-	g.Consistently(func(g Gomega) string {
-		got := &velerov1api.Backup{}
-		g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), got)).To(Succeed())
-		return got.ResourceVersion
-	}, 2*time.Second, 200*time.Millisecond).Should(Equal(before))
-}
-
-func TestMetricsCountOperationsAndPluginCalls(t *testing.T) {
-	g := NewWithT(t)
-	pluginDir, err := buildPlugins()
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
-	b, _ := waitingBackup(t, "measured", []map[string]string{
-		{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
-		{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi", sim.AnnotationFailAt: "10"},
-		{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"},
-	})
-	address := freeAddress(t)
-	m := startManager(t, pluginDir, "--mode=observe", "--metrics-bind-address="+address)
-	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
-		Should(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseInProgress),
-			"manager output:\n%s", m.output.String())
-
-	const bia = `plugin="itemops.io/sample-datamover",plugin_kind="BackupItemAction"`
-	// Other tests of the suite leave finished operations of the same plugin
-	// behind: the gauges count them too.
-	phases := map[itemopsv1alpha1.OperationPhase]int{}
-	list := &itemopsv1alpha1.ItemOperationList{}
-	g.Expect(env.Client.List(context.Background(), list, client.InNamespace(envtest.VeleroNamespace))).To(Succeed())
-	for _, op := range list.Items {
-		if op.Spec.Plugin.Name == "itemops.io/sample-datamover" {
-			phases[op.Status.Phase]++
-		}
-	}
-	g.Expect(phases[itemopsv1alpha1.OperationPhaseInProgress]).To(Equal(1))
-	g.Eventually(func(g Gomega) string {
-		_, body, err := get("http://" + address + "/metrics")
+var _ = Describe("itemops beside a simulated Velero", func() {
+	It("observe mode never writes to the backup", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		pluginDir, err := buildPlugins()
 		g.Expect(err).NotTo(HaveOccurred())
-		// Only itemops' own series, so that a failure shows them.
-		var own []string
-		for _, line := range strings.Split(body, "\n") {
-			if strings.HasPrefix(line, "itemops_") && !strings.Contains(line, "_bucket{") {
-				own = append(own, line)
+		t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
+		b, _ := waitingBackup(t, "observed", []map[string]string{
+			{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
+			{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi", sim.AnnotationFailAt: "10"},
+		})
+		before := b.ResourceVersion
+		m := startManager(t, pluginDir, "--mode=observe")
+		g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
+			Should(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseFailed), "manager output:\n%s", m.output.String())
+		g.Consistently(func(g Gomega) string {
+			got := &velerov1api.Backup{}
+			g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), got)).To(Succeed())
+			return got.ResourceVersion
+		}, 2*time.Second, 200*time.Millisecond).Should(Equal(before))
+	})
+
+	It("metrics count operations and plugin calls", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		pluginDir, err := buildPlugins()
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
+		b, _ := waitingBackup(t, "measured", []map[string]string{
+			{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
+			{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi", sim.AnnotationFailAt: "10"},
+			{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"},
+		})
+		address := freeAddress(t)
+		m := startManager(t, pluginDir, "--mode=observe", "--metrics-bind-address="+address)
+		g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
+			Should(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseInProgress),
+				"manager output:\n%s", m.output.String())
+
+		const bia = `plugin="itemops.io/sample-datamover",plugin_kind="BackupItemAction"`
+		// Other tests of the suite leave finished operations of the same plugin
+		// behind: the gauges count them too.
+		phases := map[itemopsv1alpha1.OperationPhase]int{}
+		list := &itemopsv1alpha1.ItemOperationList{}
+		g.Expect(env.Client.List(context.Background(), list, client.InNamespace(envtest.VeleroNamespace))).To(Succeed())
+		for _, op := range list.Items {
+			if op.Spec.Plugin.Name == "itemops.io/sample-datamover" {
+				phases[op.Status.Phase]++
 			}
 		}
-		return strings.Join(own, "\n")
-	}, 10*time.Second, 200*time.Millisecond).Should(And(
-		ContainSubstring(fmt.Sprintf(`itemops_operations{parent_kind="Backup",phase="Completed",`+bia+`} %d`, phases[itemopsv1alpha1.OperationPhaseCompleted])),
-		ContainSubstring(fmt.Sprintf(`itemops_operations{parent_kind="Backup",phase="Failed",`+bia+`} %d`, phases[itemopsv1alpha1.OperationPhaseFailed])),
-		ContainSubstring(`itemops_operations{parent_kind="Backup",phase="InProgress",`+bia+`} 1`),
-		ContainSubstring(`itemops_operation_bytes_total{`+bia+`} 1.073741824e+10`),
-		ContainSubstring(`itemops_operations_stalled{`+bia+`} 0`),
-		MatchRegexp(`itemops_progress_calls_total\{`+bia+`,result="ok"\} [1-9]`),
-		MatchRegexp(`itemops_progress_calls_total\{`+bia+`,result="operation_failed"\} [1-9]`),
-		ContainSubstring(`itemops_operation_duration_seconds_count{`+bia+`,result="Completed"} 1`),
-		ContainSubstring(`itemops_operation_duration_seconds_count{`+bia+`,result="Failed"} 1`),
-		MatchRegexp(`itemops_progress_call_duration_seconds_count\{`+bia+`\} [1-9]`),
-		ContainSubstring(`itemops_operations_scrape_error 0`),
-	))
-}
-
-// TestLeaderElectionHandsOverAndTheBackupStillCompletes runs two replicas
-// against one API server: only the leader reconciles; killed without a
-// chance to let go of the Lease, the other takes over once the lease
-// expires, and the backup completes.
-func TestLeaderElectionHandsOverAndTheBackupStillCompletes(t *testing.T) {
-	g := NewWithT(t)
-	pluginDir, err := buildPlugins()
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
-
-	first := startManager(t, pluginDir, "--mode=manage", "--leader-elect")
-	g.Eventually(first.output.String, 30*time.Second, 100*time.Millisecond).Should(ContainSubstring("successfully acquired lease"))
-	second := startManager(t, pluginDir, "--mode=manage", "--leader-elect")
-	g.Eventually(second.output.String, 30*time.Second, 100*time.Millisecond).Should(ContainSubstring("attempting to acquire leader lease"))
-
-	// Long enough to outlive the first leader.
-	b, _ := waitingBackup(t, "handover", []map[string]string{
-		{sim.AnnotationSize: "20Mi", sim.AnnotationSpeed: "1Mi"},
-		{sim.AnnotationSize: "20Mi", sim.AnnotationSpeed: "1Mi"},
+		g.Expect(phases[itemopsv1alpha1.OperationPhaseInProgress]).To(Equal(1))
+		g.Eventually(func(g Gomega) string {
+			_, body, err := get("http://" + address + "/metrics")
+			g.Expect(err).NotTo(HaveOccurred())
+			// Only itemops' own series, so that a failure shows them.
+			var own []string
+			for _, line := range strings.Split(body, "\n") {
+				if strings.HasPrefix(line, "itemops_") && !strings.Contains(line, "_bucket{") {
+					own = append(own, line)
+				}
+			}
+			return strings.Join(own, "\n")
+		}, 10*time.Second, 200*time.Millisecond).Should(And(
+			ContainSubstring(fmt.Sprintf(`itemops_operations{parent_kind="Backup",phase="Completed",`+bia+`} %d`, phases[itemopsv1alpha1.OperationPhaseCompleted])),
+			ContainSubstring(fmt.Sprintf(`itemops_operations{parent_kind="Backup",phase="Failed",`+bia+`} %d`, phases[itemopsv1alpha1.OperationPhaseFailed])),
+			ContainSubstring(`itemops_operations{parent_kind="Backup",phase="InProgress",`+bia+`} 1`),
+			ContainSubstring(`itemops_operation_bytes_total{`+bia+`} 1.073741824e+10`),
+			ContainSubstring(`itemops_operations_stalled{`+bia+`} 0`),
+			MatchRegexp(`itemops_progress_calls_total\{`+bia+`,result="ok"\} [1-9]`),
+			MatchRegexp(`itemops_progress_calls_total\{`+bia+`,result="operation_failed"\} [1-9]`),
+			ContainSubstring(`itemops_operation_duration_seconds_count{`+bia+`,result="Completed"} 1`),
+			ContainSubstring(`itemops_operation_duration_seconds_count{`+bia+`,result="Failed"} 1`),
+			MatchRegexp(`itemops_progress_call_duration_seconds_count\{`+bia+`\} [1-9]`),
+			ContainSubstring(`itemops_operations_scrape_error 0`),
+		))
 	})
-	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
-		Should(HaveEach(itemopsv1alpha1.OperationPhaseInProgress), "first:\n%s", first.output.String())
-	g.Expect(first.output.String()).To(ContainSubstring("Starting workers"))
-	g.Consistently(second.output.String, 2*time.Second, 200*time.Millisecond).ShouldNot(ContainSubstring("Starting workers"),
-		"the standby reconciles nothing")
 
-	first.stop(syscall.SIGKILL)
-	killed := time.Now()
-	g.Eventually(second.output.String, 40*time.Second, 100*time.Millisecond).Should(ContainSubstring("successfully acquired lease"))
-	took := time.Since(killed)
-	t.Logf("the standby took over %s after the leader was killed", took.Round(100*time.Millisecond))
-	g.Expect(took).To(BeNumerically("<", 15*time.Second+10*time.Second), "within the lease duration (15s) and a renewal round")
+	// It runs two replicas
+	// against one API server: only the leader reconciles; killed without a
+	// chance to let go of the Lease, the other takes over once the lease
+	// expires, and the backup completes.
+	It("leader election hands over and the backup still completes", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		pluginDir, err := buildPlugins()
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
 
-	g.Eventually(func(g Gomega) velerov1api.BackupPhase {
-		got := &velerov1api.Backup{}
-		g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), got)).To(Succeed())
-		return got.Status.Phase
-	}, 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhaseFinalizing), "second:\n%s", second.output.String())
-	g.Expect(operationPhases(g, b)).To(HaveEach(itemopsv1alpha1.OperationPhaseCompleted))
-}
+		first := startManager(t, pluginDir, "--mode=manage", "--leader-elect")
+		g.Eventually(first.output.String, 30*time.Second, 100*time.Millisecond).Should(ContainSubstring("successfully acquired lease"))
+		second := startManager(t, pluginDir, "--mode=manage", "--leader-elect")
+		g.Eventually(second.output.String, 30*time.Second, 100*time.Millisecond).Should(ContainSubstring("attempting to acquire leader lease"))
+
+		// Long enough to outlive the first leader.
+		b, _ := waitingBackup(t, "handover", []map[string]string{
+			{sim.AnnotationSize: "20Mi", sim.AnnotationSpeed: "1Mi"},
+			{sim.AnnotationSize: "20Mi", sim.AnnotationSpeed: "1Mi"},
+		})
+		g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
+			Should(HaveEach(itemopsv1alpha1.OperationPhaseInProgress), "first:\n%s", first.output.String())
+		g.Expect(first.output.String()).To(ContainSubstring("Starting workers"))
+		g.Consistently(second.output.String, 2*time.Second, 200*time.Millisecond).ShouldNot(ContainSubstring("Starting workers"),
+			"the standby reconciles nothing")
+
+		first.stop(syscall.SIGKILL)
+		killed := time.Now()
+		g.Eventually(second.output.String, 40*time.Second, 100*time.Millisecond).Should(ContainSubstring("successfully acquired lease"))
+		took := time.Since(killed)
+		t.Logf("the standby took over %s after the leader was killed", took.Round(100*time.Millisecond))
+		g.Expect(took).To(BeNumerically("<", 15*time.Second+10*time.Second), "within the lease duration (15s) and a renewal round")
+
+		g.Eventually(func(g Gomega) velerov1api.BackupPhase {
+			got := &velerov1api.Backup{}
+			g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), got)).To(Succeed())
+			return got.Status.Phase
+		}, 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhaseFinalizing), "second:\n%s", second.output.String())
+		g.Expect(operationPhases(g, b)).To(HaveEach(itemopsv1alpha1.OperationPhaseCompleted))
+	})
+})

@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,7 +39,7 @@ import (
 	"github.com/itemops/itemops/test/proc"
 )
 
-func freeAddress(t *testing.T) string {
+func freeAddress(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -58,111 +59,115 @@ func get(url string) (int, string, error) {
 	return resp.StatusCode, string(body), err
 }
 
-func TestBadFlagsStopTheManagerWithAMessage(t *testing.T) {
-	cases := []struct {
-		name string
-		args []string
-		want []string
-	}{
-		{"unknown mode", []string{"--mode=takeover"}, []string{`unknown mode "takeover": must be one of observe, manage`}},
-		{"unknown flag", []string{"--poll-harder"}, []string{"flag provided but not defined: -poll-harder"}},
-		{"bad values", []string{"--sync-frequency=0s", "--velero-namespace=Velero"},
-			[]string{"invalid flags:", "--sync-frequency must be a positive duration", `--velero-namespace "Velero" is not a namespace name`}},
-		{"stray argument", []string{"manage"}, []string{`itemops takes no arguments, got ["manage"]`}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
-			var stderr bytes.Buffer
-			cmd := exec.Command(binary, tc.args...)
-			cmd.Stderr = &stderr
-			err := cmd.Run()
-			var exit *exec.ExitError
-			g.Expect(errors.As(err, &exit)).To(BeTrue(), "want a non-zero exit, got %v", err)
-			g.Expect(exit.ExitCode()).To(Equal(2))
-			for _, want := range tc.want {
-				g.Expect(stderr.String()).To(ContainSubstring(want))
+var _ = Describe("The manager binary", func() {
+	Describe("bad flags stop the manager with a message", func() {
+		cases := []struct {
+			name string
+			args []string
+			want []string
+		}{
+			{"unknown mode", []string{"--mode=takeover"}, []string{`unknown mode "takeover": must be one of observe, manage`}},
+			{"unknown flag", []string{"--poll-harder"}, []string{"flag provided but not defined: -poll-harder"}},
+			{"bad values", []string{"--sync-frequency=0s", "--velero-namespace=Velero"},
+				[]string{"invalid flags:", "--sync-frequency must be a positive duration", `--velero-namespace "Velero" is not a namespace name`}},
+			{"stray argument", []string{"manage"}, []string{`itemops takes no arguments, got ["manage"]`}},
+		}
+		for _, tc := range cases {
+			It(tc.name, func() {
+				g := NewWithT(GinkgoT())
+				var stderr bytes.Buffer
+				cmd := exec.Command(binary, tc.args...)
+				cmd.Stderr = &stderr
+				err := cmd.Run()
+				var exit *exec.ExitError
+				g.Expect(errors.As(err, &exit)).To(BeTrue(), "want a non-zero exit, got %v", err)
+				g.Expect(exit.ExitCode()).To(Equal(2))
+				for _, want := range tc.want {
+					g.Expect(stderr.String()).To(ContainSubstring(want))
+				}
+			})
+		}
+	})
+
+	It("manager serves probes and metrics and stops cleanly", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+
+		kubeconfig, err := env.Kubeconfig()
+		g.Expect(err).NotTo(HaveOccurred())
+		path := filepath.Join(t.TempDir(), "kubeconfig")
+		g.Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
+
+		health, metrics := freeAddress(t), freeAddress(t)
+		var output proc.Buffer
+		cmd := exec.Command(binary,
+			"--kubeconfig="+path,
+			"--velero-namespace="+envtest.VeleroNamespace,
+			"--health-probe-bind-address="+health,
+			"--metrics-bind-address="+metrics,
+			"--leader-elect",
+		)
+		cmd.Stdout, cmd.Stderr = &output, &output
+		g.Expect(cmd.Start()).To(Succeed())
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		defer func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Kill()
 			}
-		})
-	}
-}
+		}()
 
-func TestManagerServesProbesAndMetricsAndStopsCleanly(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
+		g.Eventually(func() (int, error) {
+			code, _, err := get("http://" + health + "/readyz")
+			return code, err
+		}, 30*time.Second, 100*time.Millisecond).Should(Equal(http.StatusOK), "manager output:\n%s", output.String())
+		code, _, err := get("http://" + health + "/healthz")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(code).To(Equal(http.StatusOK))
 
-	kubeconfig, err := env.Kubeconfig()
-	g.Expect(err).NotTo(HaveOccurred())
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	g.Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
+		// The replica that holds the Lease is the active one.
+		lease := &coordinationv1.Lease{}
+		key := client.ObjectKey{Namespace: envtest.VeleroNamespace, Name: "itemops.itemops.io"}
+		g.Eventually(func() (string, error) {
+			if err := env.Client.Get(ctx, key, lease); err != nil {
+				return "", err
+			}
+			if lease.Spec.HolderIdentity == nil {
+				return "", nil
+			}
+			return *lease.Spec.HolderIdentity, nil
+		}, 30*time.Second, 100*time.Millisecond).ShouldNot(BeEmpty(), "manager output:\n%s", output.String())
 
-	health, metrics := freeAddress(t), freeAddress(t)
-	var output proc.Buffer
-	cmd := exec.Command(binary,
-		"--kubeconfig="+path,
-		"--velero-namespace="+envtest.VeleroNamespace,
-		"--health-probe-bind-address="+health,
-		"--metrics-bind-address="+metrics,
-		"--leader-elect",
-	)
-	cmd.Stdout, cmd.Stderr = &output, &output
-	g.Expect(cmd.Start()).To(Succeed())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
+		g.Eventually(func() (string, error) {
+			_, body, err := get("http://" + metrics + "/metrics")
+			return body, err
+		}, 10*time.Second, 100*time.Millisecond).Should(ContainSubstring("leader_election_master_status"))
+
+		g.Expect(cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
+		select {
+		case err := <-exited:
+			g.Expect(err).NotTo(HaveOccurred(), "manager output:\n%s", output.String())
+		case <-time.After(30 * time.Second):
+			t.Fatalf("manager did not stop within 30s of SIGTERM; output:\n%s", output.String())
 		}
-	}()
 
-	g.Eventually(func() (int, error) {
-		code, _, err := get("http://" + health + "/readyz")
-		return code, err
-	}, 30*time.Second, 100*time.Millisecond).Should(Equal(http.StatusOK), "manager output:\n%s", output.String())
-	code, _, err := get("http://" + health + "/healthz")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(code).To(Equal(http.StatusOK))
+		// Leadership is given up on shutdown so that another replica takes over at once.
+		g.Expect(env.Client.Get(ctx, key, lease)).To(Succeed())
+		g.Expect(lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "").To(BeTrue(),
+			"lease still held by %v", lease.Spec.HolderIdentity)
+	})
 
-	// The replica that holds the Lease is the active one.
-	lease := &coordinationv1.Lease{}
-	key := client.ObjectKey{Namespace: envtest.VeleroNamespace, Name: "itemops.itemops.io"}
-	g.Eventually(func() (string, error) {
-		if err := env.Client.Get(ctx, key, lease); err != nil {
-			return "", err
-		}
-		if lease.Spec.HolderIdentity == nil {
-			return "", nil
-		}
-		return *lease.Spec.HolderIdentity, nil
-	}, 30*time.Second, 100*time.Millisecond).ShouldNot(BeEmpty(), "manager output:\n%s", output.String())
-
-	g.Eventually(func() (string, error) {
-		_, body, err := get("http://" + metrics + "/metrics")
-		return body, err
-	}, 10*time.Second, 100*time.Millisecond).Should(ContainSubstring("leader_election_master_status"))
-
-	g.Expect(cmd.Process.Signal(syscall.SIGTERM)).To(Succeed())
-	select {
-	case err := <-exited:
-		g.Expect(err).NotTo(HaveOccurred(), "manager output:\n%s", output.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("manager did not stop within 30s of SIGTERM; output:\n%s", output.String())
-	}
-
-	// Leadership is given up on shutdown so that another replica takes over at once.
-	g.Expect(env.Client.Get(ctx, key, lease)).To(Succeed())
-	g.Expect(lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "").To(BeTrue(),
-		"lease still held by %v", lease.Spec.HolderIdentity)
-}
-
-func TestManagerWithoutAnAPIServerSaysSo(t *testing.T) {
-	g := NewWithT(t)
-	var stderr bytes.Buffer
-	cmd := exec.Command(binary, "--kubeconfig="+filepath.Join(t.TempDir(), "missing"))
-	cmd.Env = append(os.Environ(), "KUBECONFIG=")
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	g.Expect(errors.As(err, &exit)).To(BeTrue(), "want a non-zero exit, got %v", err)
-	g.Expect(stderr.String()).To(ContainSubstring("no Kubernetes API server to talk to"))
-}
+	It("manager without an API server says so", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		var stderr bytes.Buffer
+		cmd := exec.Command(binary, "--kubeconfig="+filepath.Join(t.TempDir(), "missing"))
+		cmd.Env = append(os.Environ(), "KUBECONFIG=")
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		g.Expect(errors.As(err, &exit)).To(BeTrue(), "want a non-zero exit, got %v", err)
+		g.Expect(stderr.String()).To(ContainSubstring("no Kubernetes API server to talk to"))
+	})
+})

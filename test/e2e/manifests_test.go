@@ -28,6 +28,7 @@ import (
 	"strings"
 	"testing"
 
+	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -37,7 +38,7 @@ import (
 )
 
 // manifests renders a kustomization, or reads a manifest file.
-func manifests(t *testing.T, path string) []*unstructured.Unstructured {
+func manifests(t testing.TB, path string) []*unstructured.Unstructured {
 	t.Helper()
 	if !strings.HasSuffix(path, ".yaml") {
 		return kustomize(t, path)
@@ -49,7 +50,7 @@ func manifests(t *testing.T, path string) []*unstructured.Unstructured {
 	return decodeAll(t, path, b)
 }
 
-func decodeAll(t *testing.T, source string, b []byte) []*unstructured.Unstructured {
+func decodeAll(t testing.TB, source string, b []byte) []*unstructured.Unstructured {
 	t.Helper()
 	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
 	var objects []*unstructured.Unstructured
@@ -68,7 +69,7 @@ func decodeAll(t *testing.T, source string, b []byte) []*unstructured.Unstructur
 }
 
 // kustomize renders a kustomization with the pinned kustomize.
-func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
+func kustomize(t testing.TB, dir string) []*unstructured.Unstructured {
 	t.Helper()
 	cmd := exec.Command("go", "tool", "-modfile="+filepath.Join(env.RepoRoot, "hack", "tools", "go.mod"),
 		"kustomize", "build", filepath.Join(env.RepoRoot, dir))
@@ -82,84 +83,88 @@ func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	return decodeAll(t, "kustomize build "+dir, out)
 }
 
-// TestManifestsApplyToAnAPIServer applies what a user applies: the default
-// install and the samples, with server-side apply, as `kubectl apply
-// --server-side` does.
-func TestManifestsApplyToAnAPIServer(t *testing.T) {
-	for _, dir := range []string{"config/default", "config/manage", "config/prometheus", "dist/install.yaml", "config/samples"} {
-		t.Run(dir, func(t *testing.T) {
-			g := NewWithT(t)
-			objects := manifests(t, dir)
-			g.Expect(objects).NotTo(BeEmpty())
-			kinds := map[string]int{}
-			for _, obj := range objects {
-				kinds[obj.GetKind()]++
-				err := env.Client.Patch(context.Background(), obj, client.Apply,
-					client.FieldOwner("itemops-e2e"), client.ForceOwnership)
-				g.Expect(err).NotTo(HaveOccurred(), "applying %s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
-			}
-			if dir != "config/samples" {
-				g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 1))
-				g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
-				g.Expect(kinds).To(HaveKeyWithValue("ServiceAccount", 1))
-				g.Expect(kinds).To(HaveKeyWithValue("Role", 3))
-				g.Expect(kinds).To(HaveKeyWithValue("RoleBinding", 3))
-				g.Expect(kinds).To(HaveKeyWithValue("ClusterRoleBinding", 1), "Velero's built-in plugins read VolumeSnapshots")
-			} else {
-				g.Expect(kinds).To(HaveKeyWithValue("ItemOperation", 1))
-			}
-			if dir == "config/prometheus" {
-				g.Expect(kinds).To(HaveKeyWithValue("ServiceMonitor", 1))
-				g.Expect(kinds).To(HaveKeyWithValue("PrometheusRule", 1))
-			}
-		})
-	}
-}
+var _ = Describe("The install manifests", func() {
+	// It applies what a user applies: the default
+	// install and the samples, with server-side apply, as `kubectl apply
+	// --server-side` does.
+	Describe("manifests apply to an API server", func() {
+		for _, dir := range []string{"config/default", "config/manage", "config/prometheus", "dist/install.yaml", "config/samples"} {
+			It(dir, func() {
+				t := GinkgoTB()
+				g := NewWithT(t)
+				objects := manifests(t, dir)
+				g.Expect(objects).NotTo(BeEmpty())
+				kinds := map[string]int{}
+				for _, obj := range objects {
+					kinds[obj.GetKind()]++
+					err := env.Client.Patch(context.Background(), obj, client.Apply,
+						client.FieldOwner("itemops-e2e"), client.ForceOwnership)
+					g.Expect(err).NotTo(HaveOccurred(), "applying %s %s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
+				}
+				if dir != "config/samples" {
+					g.Expect(kinds).To(HaveKeyWithValue("CustomResourceDefinition", 1))
+					g.Expect(kinds).To(HaveKeyWithValue("Deployment", 1))
+					g.Expect(kinds).To(HaveKeyWithValue("ServiceAccount", 1))
+					g.Expect(kinds).To(HaveKeyWithValue("Role", 3))
+					g.Expect(kinds).To(HaveKeyWithValue("RoleBinding", 3))
+					g.Expect(kinds).To(HaveKeyWithValue("ClusterRoleBinding", 1), "Velero's built-in plugins read VolumeSnapshots")
+				} else {
+					g.Expect(kinds).To(HaveKeyWithValue("ItemOperation", 1))
+				}
+				if dir == "config/prometheus" {
+					g.Expect(kinds).To(HaveKeyWithValue("ServiceMonitor", 1))
+					g.Expect(kinds).To(HaveKeyWithValue("PrometheusRule", 1))
+				}
+			})
+		}
+	})
 
-// TestRBACIsLeastPrivilege checks what every install path grants: no
-// wildcard, Secrets only read one by one, Velero's objects written only in
-// manage mode, and only ItemOperations cluster-wide.
-func TestRBACIsLeastPrivilege(t *testing.T) {
-	for _, path := range []string{"config/default", "config/manage", "dist/install.yaml"} {
-		t.Run(path, func(t *testing.T) {
-			g := NewWithT(t)
-			manage := path == "config/manage"
-			for _, obj := range manifests(t, path) {
-				if obj.GetKind() != "Role" && obj.GetKind() != "ClusterRole" {
-					continue
-				}
-				role := &rbacv1.Role{}
-				g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role)).To(Succeed())
-				for _, r := range role.Rules {
-					for _, field := range [][]string{r.Verbs, r.Resources, r.APIGroups} {
-						g.Expect(field).NotTo(ContainElement("*"), "wildcard in %s %s: %+v", obj.GetKind(), obj.GetName(), r)
+	// It checks what every install path grants: no
+	// wildcard, Secrets only read one by one, Velero's objects written only in
+	// manage mode, and only ItemOperations cluster-wide.
+	Describe("RBAC is least privilege", func() {
+		for _, path := range []string{"config/default", "config/manage", "dist/install.yaml"} {
+			It(path, func() {
+				t := GinkgoTB()
+				g := NewWithT(t)
+				manage := path == "config/manage"
+				for _, obj := range manifests(t, path) {
+					if obj.GetKind() != "Role" && obj.GetKind() != "ClusterRole" {
+						continue
 					}
-					g.Expect(r.NonResourceURLs).To(BeEmpty())
-					if obj.GetKind() == "ClusterRole" && obj.GetName() == "itemops-velero-plugins" {
-						g.Expect(r.Verbs).To(Equal([]string{"get"}), "plugins only read outside Velero's namespace")
-					} else if obj.GetKind() == "ClusterRole" && slices.Equal(r.APIGroups, []string{"velero.io"}) {
-						// For kubectl itemops: people who may read operations may read their parents.
-						g.Expect(r.Resources).To(ConsistOf("backups", "restores"))
-						g.Expect(r.Verbs).To(ConsistOf("get", "list", "watch"), "people's ClusterRoles only read Velero's objects")
-					} else if obj.GetKind() == "ClusterRole" {
-						g.Expect(r.APIGroups).To(Equal([]string{"itemops.io"}), "a ClusterRole grants only ItemOperations and reading their parents")
-					}
-					if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "secrets") {
-						g.Expect(r.Verbs).To(Equal([]string{"get"}), "Secrets are only read, one by one")
-					}
-					if slices.Contains(r.APIGroups, "velero.io") && slices.Contains(r.Resources, "backups") {
-						g.Expect(r.Verbs).NotTo(ContainElements("create", "update", "delete"))
-						if obj.GetKind() == "ClusterRole" {
-							continue
+					role := &rbacv1.Role{}
+					g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role)).To(Succeed())
+					for _, r := range role.Rules {
+						for _, field := range [][]string{r.Verbs, r.Resources, r.APIGroups} {
+							g.Expect(field).NotTo(ContainElement("*"), "wildcard in %s %s: %+v", obj.GetKind(), obj.GetName(), r)
 						}
-						if manage {
-							g.Expect(r.Verbs).To(ContainElement("patch"))
-						} else {
-							g.Expect(r.Verbs).NotTo(ContainElement("patch"), "observe mode never writes to Velero's objects")
+						g.Expect(r.NonResourceURLs).To(BeEmpty())
+						if obj.GetKind() == "ClusterRole" && obj.GetName() == "itemops-velero-plugins" {
+							g.Expect(r.Verbs).To(Equal([]string{"get"}), "plugins only read outside Velero's namespace")
+						} else if obj.GetKind() == "ClusterRole" && slices.Equal(r.APIGroups, []string{"velero.io"}) {
+							// For kubectl itemops: people who may read operations may read their parents.
+							g.Expect(r.Resources).To(ConsistOf("backups", "restores"))
+							g.Expect(r.Verbs).To(ConsistOf("get", "list", "watch"), "people's ClusterRoles only read Velero's objects")
+						} else if obj.GetKind() == "ClusterRole" {
+							g.Expect(r.APIGroups).To(Equal([]string{"itemops.io"}), "a ClusterRole grants only ItemOperations and reading their parents")
+						}
+						if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "secrets") {
+							g.Expect(r.Verbs).To(Equal([]string{"get"}), "Secrets are only read, one by one")
+						}
+						if slices.Contains(r.APIGroups, "velero.io") && slices.Contains(r.Resources, "backups") {
+							g.Expect(r.Verbs).NotTo(ContainElements("create", "update", "delete"))
+							if obj.GetKind() == "ClusterRole" {
+								continue
+							}
+							if manage {
+								g.Expect(r.Verbs).To(ContainElement("patch"))
+							} else {
+								g.Expect(r.Verbs).NotTo(ContainElement("patch"), "observe mode never writes to Velero's objects")
+							}
 						}
 					}
 				}
-			}
-		})
-	}
-}
+			})
+		}
+	})
+})

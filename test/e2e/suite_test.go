@@ -19,11 +19,13 @@ limitations under the License.
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 
 	"github.com/itemops/itemops/test/envtest"
 )
@@ -33,42 +35,22 @@ var (
 	binary string
 )
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
+func TestE2E(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "itemops binary end to end", Label("envtest", "e2e"))
 }
 
-func run(m *testing.M) int {
-	var err error
+var _ = BeforeSuite(func() {
 	prometheus, err := envtest.PrometheusOperatorCRDs()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	Expect(err).NotTo(HaveOccurred())
 	// config/prometheus holds a ServiceMonitor and a PrometheusRule.
 	env, err = envtest.StartWith(envtest.Options{ExtraCRDPaths: prometheus})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		}
-	}()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
 
-	dir, err := os.MkdirTemp("", "itemops-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	binary = filepath.Join(dir, "itemops")
+	binary = filepath.Join(GinkgoT().TempDir(), "itemops")
 	build := exec.Command("go", "build", "-o", binary, ".")
 	build.Dir = env.RepoRoot
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building the manager:", err)
-		return 1
-	}
-	return m.Run()
-}
+	build.Stdout, build.Stderr = GinkgoWriter, os.Stderr
+	Expect(build.Run()).To(Succeed(), "building the manager")
+})

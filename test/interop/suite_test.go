@@ -23,11 +23,13 @@ package interop
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
@@ -50,25 +52,18 @@ var (
 	bucketDir string
 )
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
+func TestInterop(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "itemops beside the real velero server", Label("velero", "e2e", "envtest", "s3", "slow"))
 }
 
-func run(m *testing.M) int {
-	work, err := os.MkdirTemp("", "itemops-interop-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = os.RemoveAll(work) }()
-	stop, err := setUp(work)
-	defer stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "setting up Velero, versitygw and the API server:", err)
-		return 1
-	}
-	return m.Run()
-}
+// BeforeSuite starts an API server, versitygw and the real velero server,
+// with the plugins the specs use.
+var _ = BeforeSuite(func() {
+	stop, err := setUp(GinkgoT().TempDir())
+	DeferCleanup(stop)
+	Expect(err).NotTo(HaveOccurred(), "setting up Velero, versitygw and the API server")
+})
 
 // setUp starts everything the scenarios share; stop undoes what was started.
 func setUp(work string) (stop func(), err error) {
@@ -110,7 +105,7 @@ func setUp(work string) (stop func(), err error) {
 }
 
 // startVelero runs the real Velero server against the suite's API server.
-func startVelero(t *testing.T, extra ...string) *proc.Process {
+func startVelero(t testing.TB, extra ...string) *proc.Process {
 	t.Helper()
 	unlock, err := veleroenv.LockServer()
 	if err != nil {
@@ -125,7 +120,7 @@ func startVelero(t *testing.T, extra ...string) *proc.Process {
 }
 
 // startItemops runs the itemops binary in mode.
-func startItemops(t *testing.T, mode string, extra ...string) *proc.Process {
+func startItemops(t testing.TB, mode string, extra ...string) *proc.Process {
 	t.Helper()
 	probes, err := s3.FreeAddress()
 	if err != nil {

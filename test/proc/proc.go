@@ -57,7 +57,7 @@ type Process struct {
 }
 
 // Start runs cmd until the end of t, killed with the test process if that dies.
-func Start(t *testing.T, name string, cmd *exec.Cmd) *Process {
+func Start(t testing.TB, name string, cmd *exec.Cmd) *Process {
 	t.Helper()
 	p := &Process{Name: name, Output: &Buffer{}, Cmd: cmd}
 	p.Cmd.Stdout, p.Cmd.Stderr = p.Output, p.Output

@@ -17,12 +17,14 @@ limitations under the License.
 package plugin
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 
 	"github.com/itemops/itemops/test/envtest"
 )
@@ -30,35 +32,23 @@ import (
 // binDir holds the sample plugin binaries, built once for the package.
 var binDir string
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
+func TestPlugin(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Plugin processes", Label("plugins"))
 }
 
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "itemops-plugin-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = os.RemoveAll(dir) }()
+// BeforeSuite builds the sample plugins and finds velero-plugin-for-aws; the
+// specs start them as Velero does, through go-plugin.
+var _ = BeforeSuite(func() {
+	dir := GinkgoT().TempDir()
 	binDir = filepath.Join(dir, "bin")
 	root, err := envtest.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := envtest.BuildSamplePlugins(binDir, "sample", "samplev1"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	Expect(err).NotTo(HaveOccurred())
+	Expect(envtest.BuildSamplePlugins(binDir, "sample", "samplev1")).To(Succeed())
 	// Every sample plugin process this package starts keeps its operations here.
-	if err := os.Setenv("ITEMOPS_SAMPLE_STATE_DIR", filepath.Join(dir, "state")); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	Expect(os.Setenv("ITEMOPS_SAMPLE_STATE_DIR", filepath.Join(dir, "state"))).To(Succeed())
 	awsPluginPath, awsPluginErr = buildAWSPlugin(root)
-	return m.Run()
-}
+})
 
 // velero-plugin-for-aws, built once per machine by hack/velero-plugin-for-aws.sh.
 var (

@@ -1,0 +1,116 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/metrics"
+)
+
+// reconcileDelete cancels an unfinished operation before letting it go.
+func (r *ItemOperationReconciler) reconcileDelete(ctx context.Context, op *itemopsv1alpha1.ItemOperation) error {
+	r.polled.Delete(client.ObjectKeyFromObject(op))
+	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {
+		return nil
+	}
+	if !op.Status.Phase.IsTerminal() {
+		parent, err := r.parent(ctx, op)
+		if err != nil {
+			return err
+		}
+		original := op.DeepCopy()
+		now := r.Clock.Now()
+		r.initialize(op, now)
+		reason, message := itemopsv1alpha1.ReasonObjectDeleted, "the ItemOperation was deleted before the operation finished"
+		if parent.gone {
+			reason, message = cancelReason(op, parent)
+		}
+		if err := r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now); err != nil {
+			if errors.Is(err, errStale) {
+				return err // the workqueue retries on a fresh copy
+			}
+			return client.IgnoreNotFound(err)
+		}
+		if err := r.writeStatus(ctx, original, op, now); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return r.removeFinalizer(ctx, op)
+}
+
+func (r *ItemOperationReconciler) removeFinalizer(ctx context.Context, op *itemopsv1alpha1.ItemOperation) error {
+	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {
+		return nil
+	}
+	patch := client.MergeFrom(op.DeepCopy())
+	controllerutil.RemoveFinalizer(op, itemopsv1alpha1.Finalizer)
+	if err := r.Client.Patch(ctx, op, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the finalizer: %w", err)
+	}
+	return nil
+}
+
+// cancel calls the plugin's Cancel once per operation, records the answer in
+// the Canceled condition and an Event, and ends the operation in phase.
+// Cancel has an effect outside the API server, so it is only called on a copy
+// that is the API server's latest: a reconcile woken by several events at
+// once must not cancel again on a stale cache.
+func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState,
+	reason, why string, phase itemopsv1alpha1.OperationPhase, now time.Time) error {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	live := &itemopsv1alpha1.ItemOperation{}
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(op), live); err != nil {
+		return fmt.Errorf("reading the operation before cancelling it: %w", err)
+	}
+	if live.ResourceVersion != op.ResourceVersion {
+		return errStale
+	}
+	answer := "the plugin accepted the cancel request"
+	target, err := r.pluginOperation(ctx, op, parent)
+	if err == nil {
+		err = r.Plugins.Cancel(ctx, target)
+	}
+	metrics.CancelCall(op.Spec.Plugin.Kind, op.Spec.Plugin.Name, reason, callResult(err))
+	switch {
+	case errors.Is(err, errSnapshotLocation):
+		answer = "the plugin could not be asked to cancel it: " + err.Error()
+	case err != nil:
+		answer = "the plugin could not cancel it: " + err.Error()
+	}
+	message := why + "; " + answer
+	ctrl.LoggerFrom(ctx).Info("cancelled operation", "reason", reason, "message", message)
+	r.Recorder.Event(op, corev1.EventTypeWarning, reason, "Cancel: "+message)
+	setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, reason, message, now)
+	op.Status.Error = why
+	r.finish(op, phase, now)
+	return nil
+}

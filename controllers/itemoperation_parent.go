@@ -1,0 +1,139 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+)
+
+// parentState is what the operation needs to know about its Backup or Restore.
+type parentState struct {
+	// gone: deleted, or replaced by another object of the same name.
+	gone    bool
+	failed  bool
+	backup  *velerov1api.Backup
+	restore *velerov1api.Restore
+	timeout *metav1.Duration
+	// deletionRequested: a DeleteBackupRequest names the Backup.
+	deletionRequested bool
+}
+
+// parent reads the operation's Backup or Restore.
+func (r *ItemOperationReconciler) parent(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (*parentState, error) {
+	key := types.NamespacedName{Namespace: op.Namespace, Name: op.Spec.Parent.Name}
+	state := &parentState{}
+	var obj client.Object
+	switch op.Spec.Parent.Kind {
+	case itemopsv1alpha1.ParentKindRestore:
+		state.restore = &velerov1api.Restore{}
+		obj = state.restore
+	default:
+		state.backup = &velerov1api.Backup{}
+		obj = state.backup
+	}
+	if err := r.Client.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			state.gone = true
+			return state, nil
+		}
+		return nil, fmt.Errorf("reading %s %s: %w", op.Spec.Parent.Kind, key.Name, err)
+	}
+	if string(obj.GetUID()) != op.Spec.Parent.UID {
+		state.gone = true
+		return state, nil
+	}
+	if state.backup != nil {
+		state.failed = state.backup.Status.Phase == velerov1api.BackupPhaseFailed
+		state.deletionRequested = state.backup.Status.Phase == velerov1api.BackupPhaseDeleting
+		if state.backup.Spec.ItemOperationTimeout.Duration > 0 {
+			state.timeout = &state.backup.Spec.ItemOperationTimeout
+		}
+		if !state.deletionRequested {
+			requested, err := r.deletionRequested(ctx, state.backup)
+			if err != nil {
+				return nil, err
+			}
+			state.deletionRequested = requested
+		}
+	} else {
+		state.failed = state.restore.Status.Phase == velerov1api.RestorePhaseFailed
+		if state.restore.Spec.ItemOperationTimeout.Duration > 0 {
+			state.timeout = &state.restore.Spec.ItemOperationTimeout
+		}
+	}
+	return state, nil
+}
+
+// deletionRequested reports whether a DeleteBackupRequest made since the
+// backup was created names it.
+func (r *ItemOperationReconciler) deletionRequested(ctx context.Context, backup *velerov1api.Backup) (bool, error) {
+	list := &velerov1api.DeleteBackupRequestList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(backup.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return false, fmt.Errorf("listing DeleteBackupRequests: %w", err)
+	}
+	for _, dbr := range list.Items {
+		if dbr.Spec.BackupName != backup.Name || dbr.CreationTimestamp.Before(&backup.CreationTimestamp) {
+			continue
+		}
+		if uid, ok := dbr.Labels[velerov1api.BackupUIDLabel]; ok && uid != string(backup.UID) {
+			continue
+		}
+		// A processed request for a backup that still exists is one Velero
+		// refused ("backup is still in progress"): the deletion was still
+		// asked for, and cancelling lets the backup end so it can be deleted.
+		return true, nil
+	}
+	return false, nil
+}
+
+// timeout is the operation's own timeout, else its parent's, else the default.
+func (r *ItemOperationReconciler) timeout(op *itemopsv1alpha1.ItemOperation, parent *parentState) time.Duration {
+	if op.Spec.Timeout != nil {
+		return op.Spec.Timeout.Duration
+	}
+	if parent != nil && parent.timeout != nil {
+		return parent.timeout.Duration
+	}
+	return DefaultOperationTimeout
+}
+
+// cancelReason says why the operation must be cancelled now, if it must.
+func cancelReason(op *itemopsv1alpha1.ItemOperation, parent *parentState) (string, string) {
+	kind, name := op.Spec.Parent.Kind, op.Spec.Parent.Name
+	switch {
+	case op.Spec.Cancel:
+		return itemopsv1alpha1.ReasonCancelRequested, "spec.cancel was set"
+	case parent.gone:
+		return itemopsv1alpha1.ReasonParentDeleted, fmt.Sprintf("%s %s (uid %s) no longer exists", kind, name, op.Spec.Parent.UID)
+	case parent.failed:
+		return itemopsv1alpha1.ReasonParentFailed, fmt.Sprintf("%s %s failed", kind, name)
+	case parent.deletionRequested:
+		return itemopsv1alpha1.ReasonBackupDeletionRequested, fmt.Sprintf("deletion of Backup %s was requested", name)
+	}
+	return "", ""
+}

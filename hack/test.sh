@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Runs the test suites: the Ginkgo suites through the pinned Ginkgo CLI, the
+# plain `testing` packages through go test. See docs/testing.md.
+#
+#   LABELS     a Ginkgo label filter, e.g. velero or 'envtest && !slow'
+#   FOCUS      a regular expression on the specs' descriptions
+#   ARTIFACTS  where the JUnit reports go (default: _artifacts), one per suite
+#   RACE       0 to build without the race detector (default: 1)
+#   PACKAGES   the packages to look at (default: ./...)
+#
+# With LABELS or FOCUS set, only Ginkgo suites run: the plain packages have no
+# labels. Four lanes run side by side, as go test runs packages side by side:
+# the suites that start the real velero server (label velero), one after the
+# other and one spec at a time: a velero server binds fixed ports, and they
+# take turns on it; the chaos suite (label chaos), one process; the other
+# Ginkgo suites, two processes each; and the plain packages.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+LABELS="${LABELS:-}"
+FOCUS="${FOCUS:-}"
+ARTIFACTS="${ARTIFACTS:-$root/_artifacts}"
+RACE="${RACE:-1}"
+PACKAGES="${PACKAGES:-./...}"
+ginkgo=(go tool -modfile="$root/hack/tools/go.mod" ginkgo)
+
+# Every package with tests, as a directory relative to the root.
+mapfile -t dirs < <(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.Dir}}{{end}}' $PACKAGES | sed "s|^$root|.|; s|^\.$|./|" | sed '/^$/d')
+velero=() serial=() parallel=() plain=()
+for d in "${dirs[@]}"; do
+  suite="$d/suite_test.go"
+  if [[ -f "$suite" ]] && grep -q 'RunSpecs(' "$suite"; then
+    if grep -E 'RunSpecs\(.*Label\(.*"velero"' "$suite" > /dev/null; then
+      velero+=("$d")
+    elif grep -E 'RunSpecs\(.*Label\(.*"chaos"' "$suite" > /dev/null; then
+      serial+=("$d")
+    else
+      parallel+=("$d")
+    fi
+  else
+    plain+=("$d")
+  fi
+done
+
+mkdir -p "$ARTIFACTS"
+rm -f "$ARTIFACTS"/*_junit.xml
+flags=(--timeout=30m --keep-going --keep-separate-reports --output-dir="$ARTIFACTS" --junit-report=junit.xml)
+gotest=(go test -count=1 -timeout 20m)
+if [[ "$RACE" == 1 ]]; then
+  flags+=(--race)
+  gotest+=(-race)
+fi
+[[ -n "$LABELS" ]] && flags+=(--label-filter="$LABELS")
+[[ -n "$FOCUS" ]] && flags+=(--focus="$FOCUS")
+if [[ -n "$LABELS$FOCUS" ]]; then
+  echo "LABELS/FOCUS select Ginkgo specs: the plain packages (${#plain[@]}) do not run." >&2
+  plain=()
+fi
+
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+pids=() names=()
+lane() { # name command...
+  local name="$1"
+  shift
+  "$@" > "$logs/$name" 2>&1 &
+  pids+=($!)
+  names+=("$name")
+}
+((${#velero[@]})) && lane velero "${ginkgo[@]}" "${flags[@]}" "${velero[@]}"
+((${#serial[@]})) && lane serial "${ginkgo[@]}" "${flags[@]}" "${serial[@]}"
+((${#parallel[@]})) && lane parallel "${ginkgo[@]}" "${flags[@]}" --procs=2 "${parallel[@]}"
+((${#plain[@]})) && lane plain "${gotest[@]}" "${plain[@]}"
+
+status=0
+for i in "${!pids[@]}"; do
+  code=0
+  wait "${pids[$i]}" || code=$?
+  echo "=== ${names[$i]} lane (exit $code)"
+  cat "$logs/${names[$i]}"
+  ((code == 0)) || status=1
+done
+echo "JUnit reports: $ARTIFACTS/*_junit.xml"
+exit "$status"
