@@ -154,7 +154,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		g.Expect(done.Status.NCompleted).To(Equal(int64(3 << 20)))
 		g.Expect(done.Status.CompletionTimestamp).NotTo(BeNil())
 		g.Expect(done.Status.ObservedGeneration).To(Equal(done.Generation))
-		g.Eventually(func(g Gomega) []string { return get(g, op).Finalizers }).ShouldNot(ContainElement(itemopsv1alpha1.Finalizer),
+		g.Eventually(func(g Gomega) []string { return get(g, op).Finalizers }, time.Second).ShouldNot(ContainElement(itemopsv1alpha1.Finalizer),
 			"a finished operation is released at once")
 		// Starting and completing are in the status; an Event each would cost two writes.
 		g.Consistently(func(g Gomega) []string { return events(g, op) }, time.Second).Should(BeEmpty())
@@ -169,7 +169,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseFailed))
 		g.Expect(get(g, op).Status.Error).To(Equal("simulated failure at 50%"))
 		g.Expect(pluginState(t, id).Cancels).To(BeZero(), "a failed operation is not cancelled")
-		g.Eventually(func(g Gomega) []string { return events(g, op) }).Should(ContainElement("Failed"))
+		g.Eventually(func(g Gomega) []string { return events(g, op) }, 5*time.Second).Should(ContainElement("Failed"))
 	})
 
 	It("timeout cancels then fails", func() {
@@ -188,7 +188,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		g.Expect(c.Message).To(ContainSubstring("the plugin accepted the cancel request"))
 		g.Expect(pluginState(t, id).Cancels).To(Equal(1), "Cancel is called exactly once")
 		g.Expect(got.Status.CompletionTimestamp.Sub(got.Status.Created.Time)).To(BeNumerically(">=", 2*time.Second))
-		g.Eventually(func(g Gomega) []string { return events(g, op) }).Should(ContainElement(itemopsv1alpha1.ReasonTimedOut))
+		g.Eventually(func(g Gomega) []string { return events(g, op) }, 5*time.Second).Should(ContainElement(itemopsv1alpha1.ReasonTimedOut))
 	})
 
 	It("timeout defaults to the parent's", func() {
@@ -326,7 +326,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 			return c.Reason
 		}, 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.ReasonPluginNotFound))
 		g.Expect(get(g, op).Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseNew))
-		g.Eventually(func(g Gomega) []string { return events(g, op) }).Should(ContainElement(itemopsv1alpha1.ReasonPluginNotFound))
+		g.Eventually(func(g Gomega) []string { return events(g, op) }, 5*time.Second).Should(ContainElement(itemopsv1alpha1.ReasonPluginNotFound))
 	})
 
 	It("v1 plugin fails as not supported", func() {
@@ -348,7 +348,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 			return meta.IsStatusConditionTrue(get(g, op).Status.Conditions, itemopsv1alpha1.ConditionStalled)
 		}, 10*time.Second, 100*time.Millisecond).Should(BeTrue())
 		g.Expect(get(g, op).Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseInProgress))
-		g.Eventually(func(g Gomega) []string { return events(g, op) }).Should(ContainElement("Stalled"))
+		g.Eventually(func(g Gomega) []string { return events(g, op) }, 5*time.Second).Should(ContainElement("Stalled"))
 	})
 
 	It("progress writes are throttled", func() {

@@ -166,7 +166,7 @@ var _ = Describe("The VolumeSnapshot reconciler", Label("envtest"), func() {
 		g.Eventually(phaseOf(&op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
 		g.Expect(get(g, &op).Status.Progress).To(MatchRegexp(`/3Mi \(\d+%\)$`))
 		g.Eventually(phaseOf(&op), 10*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCompleted))
-		g.Eventually(func(g Gomega) []string { return parentReasons(g, backup) }).Should(ContainElements("VolumeSnapshotsIngested", "VolumeSnapshotsDurable"))
+		g.Eventually(func(g Gomega) []string { return parentReasons(g, backup) }, 5*time.Second).Should(ContainElements("VolumeSnapshotsIngested", "VolumeSnapshotsDurable"))
 		g.Expect(backupPhase(g, backup)).To(Equal(velerov1api.BackupPhaseCompleted), "a snapshot never moves the Backup")
 		g.Expect(pluginState(t, id).ProgressCalls).To(BeNumerically(">=", 2))
 	})
@@ -212,7 +212,7 @@ var _ = Describe("The VolumeSnapshot reconciler", Label("envtest"), func() {
 		g.Expect(c.Reason).To(Equal(itemopsv1alpha1.ReasonTimedOut))
 		g.Expect(c.Message).To(ContainSubstring("the plugin accepted the cancel request"))
 		g.Expect(pluginState(t, id).Cancels).To(Equal(1), "Cancel reached the snapshotter exactly once")
-		g.Eventually(func(g Gomega) []string { return parentReasons(g, backup) }).Should(ContainElement("VolumeSnapshotsNotDurable"))
+		g.Eventually(func(g Gomega) []string { return parentReasons(g, backup) }, 5*time.Second).Should(ContainElement("VolumeSnapshotsNotDurable"))
 	})
 
 	It("VolumeSnapshot without its location is visible", func() {

@@ -383,7 +383,7 @@ var _ = Describe("The plugin manager", func() {
 				op := tc.op()
 				_, err := m.Progress(context.Background(), op)
 				if tc.kind == ErrOperationFailed {
-					g.Eventually(func() error { _, err = m.Progress(context.Background(), op); return err }).Should(HaveOccurred())
+					g.Eventually(func() error { _, err = m.Progress(context.Background(), op); return err }, 5*time.Second).Should(HaveOccurred())
 				}
 				g.Expect(err).To(HaveOccurred())
 				g.Expect(errors.Is(err, tc.kind)).To(BeTrue(), "want %v, got %v", tc.kind, err)
@@ -446,7 +446,7 @@ var _ = Describe("The plugin manager", func() {
 			pid = p
 		}
 		g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
-		g.Eventually(m.pids).Should(BeEmpty(), "the manager notices the exit")
+		g.Eventually(m.pids, 5*time.Second).Should(BeEmpty(), "the manager notices the exit")
 
 		after, err := m.Progress(ctx, upload(id))
 		g.Expect(err).NotTo(HaveOccurred(), "the next call restarts the process")
@@ -487,7 +487,7 @@ var _ = Describe("The plugin manager", func() {
 		for _, pid := range m.pids() {
 			g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
 		}
-		g.Eventually(m.pids).Should(BeEmpty())
+		g.Eventually(m.pids, 5*time.Second).Should(BeEmpty())
 
 		_, err := m.Progress(ctx, upload(id))
 		g.Expect(IsRetryable(err)).To(BeTrue(), "got %v", err)
