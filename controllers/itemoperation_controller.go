@@ -88,11 +88,20 @@ type ItemOperationReconciler struct {
 	// (see writeStatus); unbounded when nil.
 	StatusWrites *rate.Limiter
 
-	// polled holds the operations this process has polled (by name), so
-	// that the first poll of each can spread the next over the interval,
-	// with the estimated completion the next poll was made for (a
-	// time.Time, zero for a regular poll).
+	// polled holds the operations this process has polled (by name, a
+	// polled), so that the first poll of each can spread the next over the
+	// interval and ETA polling knows its last reading.
 	polled sync.Map
+}
+
+// polled is what the last poll of an operation by this process left for the next.
+type polled struct {
+	polled bool
+	// estimate is the time the next poll was made for, by an estimated
+	// completion; zero for a regular poll.
+	estimate time.Time
+	// reading is what the poll read.
+	reading reading
 }
 
 // SnapshotLocations reads VolumeSnapshotLocations.
@@ -247,22 +256,22 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if op.Status.Phase.IsTerminal() {
 		return r.writeEnd(ctx, original, op, now)
 	}
-	last, polledBefore := r.polled.Load(req.NamespacedName)
+	var last polled
+	if v, ok := r.polled.Load(req.NamespacedName); ok {
+		last = v.(polled)
+	}
 	// A poll made for an estimated completion that finds the operation
 	// still running: the estimate slipped.
-	slipped := polledBefore && !last.(time.Time).IsZero() && !now.Before(last.(time.Time))
+	slipped := last.polled && !last.estimate.IsZero() && !now.Before(last.estimate)
 	// Decided before the write: the status comes back from the API server
 	// with its times cut to the second, and a poll timed by a cut estimate
 	// came up to a second early and found the operation not quite done.
-	wait, byEstimate := r.nextPoll(op, now, !polledBefore, slipped)
-	var estimate time.Time
-	if byEstimate {
-		estimate = op.Status.EstimatedCompletion.Time
-	}
+	recent := recentEstimate(last.reading, op, now)
+	wait, estimate := r.nextPoll(op, now, !last.polled, slipped, recent)
 	if err := r.writeStatus(ctx, original, op, now); err != nil {
 		return staleOr(err)
 	}
-	r.polled.Store(req.NamespacedName, estimate)
+	r.polled.Store(req.NamespacedName, polled{polled: true, estimate: estimate, reading: readingOf(op, now)})
 	// Counted from the reconcile's start, so the time the call and the
 	// write took does not push the next poll past the interval.
 	next := min(wait, deadline.Sub(now)) - r.Clock.Since(now)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/progress"
 )
 
 // etaMargin is added to a predicted completion, so that the poll at the
@@ -29,7 +30,8 @@ const etaMargin = 100 * time.Millisecond
 
 // nextPoll is when to poll a running operation again: the sync frequency
 // (with jitter, backed off after failures), or with ETA polling the
-// predicted completion when that comes first (byEstimate). A poll that comes
+// predicted completion when that comes first (by: that estimate, zero for a
+// regular poll). A poll that comes
 // a moment before the operation ends is followed by one just after it, not
 // a whole interval later. Only once an estimate has slipped (a poll made for
 // it found the operation still running) is the next poll no sooner than
@@ -42,23 +44,32 @@ const etaMargin = 100 * time.Millisecond
 // at 10,000 operations the end of each wave came later than the interval.
 // Spread, the same polls come at an even rate, for half a poll more per
 // operation.
-func (r *ItemOperationReconciler) nextPoll(op *itemopsv1alpha1.ItemOperation, now time.Time, first, slipped bool) (wait time.Duration, byEstimate bool) {
+//
+// recent, when not zero, is the completion the rate since the previous poll
+// predicts (recentEstimate); the earlier of it and the status' estimate (the
+// average rate since the start) times the poll. Real transfers speed up
+// toward their end, which the average sees late.
+func (r *ItemOperationReconciler) nextPoll(op *itemopsv1alpha1.ItemOperation, now time.Time, first, slipped bool, recent time.Time) (wait time.Duration, by time.Time) {
 	next := jitter(r.pollInterval(op))
 	if first {
 		next = spread(r.pollInterval(op))
 	}
 	if !r.ETAPolling || op.Status.PollFailures > 0 || op.Status.EstimatedCompletion == nil {
-		return next, false
+		return next, time.Time{}
 	}
-	until := op.Status.EstimatedCompletion.Sub(now) + etaMargin
+	estimate := op.Status.EstimatedCompletion.Time
+	if !recent.IsZero() && recent.Before(estimate) {
+		estimate = recent
+	}
+	until := estimate.Sub(now) + etaMargin
 	if until >= next {
-		return next, false
+		return next, time.Time{}
 	}
 	floor := etaMargin
 	if slipped {
 		floor = r.MinPollInterval
 	}
-	return max(until, floor), true
+	return max(until, floor), estimate
 }
 
 // maxRetryInterval bounds the backoff between failing polls.
@@ -86,4 +97,35 @@ func jitter(d time.Duration) time.Duration {
 // spread is a time drawn evenly between 10% and 95% of d.
 func spread(d time.Duration) time.Duration {
 	return d/10 + time.Duration(rand.Int64N(int64(d)*85/100+1))
+}
+
+// reading is what one poll read: how much was done, and when (the plugin's
+// own time of the reading when it gives one).
+type reading struct {
+	done     int64
+	measured time.Time
+}
+
+// readingOf is the reading the status of op holds after a poll at now.
+func readingOf(op *itemopsv1alpha1.ItemOperation, now time.Time) reading {
+	measured := now
+	if s := op.Status; s.Updated != nil && s.Started != nil && s.Updated.After(s.Started.Time) {
+		measured = s.Updated.Time
+	}
+	return reading{done: op.Status.NCompleted, measured: measured}
+}
+
+// recentEstimate is when op finishes at the rate it moved since prev, the
+// previous poll's reading; zero when it did not move or there is no
+// previous reading.
+func recentEstimate(prev reading, op *itemopsv1alpha1.ItemOperation, now time.Time) time.Time {
+	cur := readingOf(op, now)
+	if prev.measured.IsZero() || cur.done <= prev.done {
+		return time.Time{}
+	}
+	eta, ok := progress.ETA(prev.measured, cur.measured, cur.done-prev.done, op.Status.NTotal-prev.done)
+	if !ok {
+		return time.Time{}
+	}
+	return eta
 }

@@ -25,6 +25,7 @@ import (
 	"unicode/utf8"
 
 	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -170,24 +171,30 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 			slipped    bool
 			min, max   time.Duration
 			byEstimate bool
+			// recent is the completion the rate since the last poll predicts.
+			recent time.Time
 		}{
-			{"done before the next poll", on, eta(3 * time.Second), false, 3*time.Second + etaMargin, 3*time.Second + etaMargin, true},
-			{"done after the next poll", on, eta(time.Minute), false, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
-			{"done any moment", on, eta(300 * time.Millisecond), false, 300*time.Millisecond + etaMargin, 300*time.Millisecond + etaMargin, true},
-			{"done any moment, estimate slipped", on, eta(300 * time.Millisecond), true, time.Second, time.Second, true},
-			{"estimate passed", on, eta(-time.Second), false, etaMargin, etaMargin, true},
-			{"estimate passed and slipped", on, eta(-time.Second), true, time.Second, time.Second, true},
-			{"slipped, done after the next poll", on, eta(time.Minute), true, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
-			{"no prediction", on, &itemopsv1alpha1.ItemOperation{}, false, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
+			{"done before the next poll", on, eta(3 * time.Second), false, 3*time.Second + etaMargin, 3*time.Second + etaMargin, true, time.Time{}},
+			{"done after the next poll", on, eta(time.Minute), false, 8500 * time.Millisecond, 9500 * time.Millisecond, false, time.Time{}},
+			{"done any moment", on, eta(300 * time.Millisecond), false, 300*time.Millisecond + etaMargin, 300*time.Millisecond + etaMargin, true, time.Time{}},
+			{"done any moment, estimate slipped", on, eta(300 * time.Millisecond), true, time.Second, time.Second, true, time.Time{}},
+			{"estimate passed", on, eta(-time.Second), false, etaMargin, etaMargin, true, time.Time{}},
+			{"estimate passed and slipped", on, eta(-time.Second), true, time.Second, time.Second, true, time.Time{}},
+			{"slipped, done after the next poll", on, eta(time.Minute), true, 8500 * time.Millisecond, 9500 * time.Millisecond, false, time.Time{}},
+			{"no prediction", on, &itemopsv1alpha1.ItemOperation{}, false, 8500 * time.Millisecond, 9500 * time.Millisecond, false, time.Time{}},
 			{"failing polls back off", on, func() *itemopsv1alpha1.ItemOperation {
 				op := eta(3 * time.Second)
 				op.Status.PollFailures = 2
 				return op
-			}(), false, 17000 * time.Millisecond, 19000 * time.Millisecond, false},
-			{"off", off, eta(3 * time.Second), false, 8500 * time.Millisecond, 9500 * time.Millisecond, false},
+			}(), false, 17000 * time.Millisecond, 19000 * time.Millisecond, false, time.Time{}},
+			{"off", off, eta(3 * time.Second), false, 8500 * time.Millisecond, 9500 * time.Millisecond, false, time.Time{}},
+			{"speeding up: the recent rate ends it first", on, eta(time.Minute), false, 4*time.Second + etaMargin, 4*time.Second + etaMargin, true, now.Add(4 * time.Second)},
+			{"slowing down: the average ends it first", on, eta(3 * time.Second), false, 3*time.Second + etaMargin, 3*time.Second + etaMargin, true, now.Add(time.Minute)},
+			{"recent rate, off", off, eta(time.Minute), false, 8500 * time.Millisecond, 9500 * time.Millisecond, false, now.Add(4 * time.Second)},
 		}
 		for _, tc := range cases {
-			got, byEstimate := tc.r.nextPoll(tc.op, now, false, tc.slipped)
+			got, by := tc.r.nextPoll(tc.op, now, false, tc.slipped, tc.recent)
+			byEstimate := !by.IsZero()
 			if got < tc.min || got > tc.max {
 				t.Errorf("%s: next poll in %s, want %s to %s", tc.name, got, tc.min, tc.max)
 			}
@@ -195,6 +202,21 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 				t.Errorf("%s: next poll by the estimate: %t, want %t", tc.name, byEstimate, tc.byEstimate)
 			}
 		}
+	})
+
+	It("predicts from the rate since the last poll, at the plugin's time of each reading", func() {
+		g := NewWithT(GinkgoT())
+		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		op := func(done int64, updated time.Time) *itemopsv1alpha1.ItemOperation {
+			return &itemopsv1alpha1.ItemOperation{Status: itemopsv1alpha1.ItemOperationStatus{
+				NCompleted: done, NTotal: 1000, Started: &metav1.Time{Time: start}, Updated: &metav1.Time{Time: updated}}}
+		}
+		prev := readingOf(op(100, start.Add(10*time.Second)), start.Add(11*time.Second))
+		g.Expect(prev).To(Equal(reading{done: 100, measured: start.Add(10 * time.Second)}), "the plugin's time, not the poll's")
+		// 200 more in 2 s: the 700 left take 7 s more.
+		g.Expect(recentEstimate(prev, op(300, start.Add(12*time.Second)), start.Add(13*time.Second))).To(Equal(start.Add(19 * time.Second)))
+		g.Expect(recentEstimate(prev, op(100, start.Add(12*time.Second)), start.Add(13*time.Second))).To(BeZero(), "paused: no rate")
+		g.Expect(recentEstimate(reading{}, op(300, start.Add(12*time.Second)), start.Add(13*time.Second))).To(BeZero(), "no earlier reading")
 	})
 
 	// Operations polled together
@@ -207,7 +229,7 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 		lowest, highest := time.Hour, time.Duration(0)
 		buckets := map[time.Duration]int{}
 		for range 2000 {
-			next, _ := r.nextPoll(op, time.Now(), true, false)
+			next, _ := r.nextPoll(op, time.Now(), true, false, time.Time{})
 			lowest, highest = min(lowest, next), max(highest, next)
 			buckets[next/time.Second]++
 		}
@@ -219,7 +241,7 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 				t.Errorf("%d of 2000 next polls %ds to %ds after the first, want them spread evenly", n, s, s+1)
 			}
 		}
-		if later, _ := r.nextPoll(op, time.Now(), false, false); later < 8500*time.Millisecond || later > 9500*time.Millisecond {
+		if later, _ := r.nextPoll(op, time.Now(), false, false, time.Time{}); later < 8500*time.Millisecond || later > 9500*time.Millisecond {
 			t.Errorf("a later poll comes %s after the previous, want 8.5s to 9.5s", later)
 		}
 	})
@@ -392,7 +414,7 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 		}
 
 		clock.SetTime(start.Add(9600 * time.Millisecond))
-		r.polled.Store(req.NamespacedName, time.Time{}) // polled regularly before
+		r.polled.Store(req.NamespacedName, polled{polled: true}) // polled regularly before
 		if got, want := reconcile(), 400*time.Millisecond+etaMargin; got != want {
 			t.Fatalf("a poll 400ms before the end: next in %s, want %s (at the estimate)", got, want)
 		}
