@@ -96,7 +96,6 @@ type ItemOperationReconciler struct {
 
 // polled is what the last poll of an operation by this process left for the next.
 type polled struct {
-	polled bool
 	// estimate is the time the next poll was made for, by an estimated
 	// completion; zero for a regular poll.
 	estimate time.Time
@@ -257,21 +256,22 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return r.writeEnd(ctx, original, op, now)
 	}
 	var last polled
-	if v, ok := r.polled.Load(req.NamespacedName); ok {
+	v, polledBefore := r.polled.Load(req.NamespacedName)
+	if polledBefore {
 		last = v.(polled)
 	}
 	// A poll made for an estimated completion that finds the operation
 	// still running: the estimate slipped.
-	slipped := last.polled && !last.estimate.IsZero() && !now.Before(last.estimate)
+	slipped := !last.estimate.IsZero() && !now.Before(last.estimate)
 	// Decided before the write: the status comes back from the API server
 	// with its times cut to the second, and a poll timed by a cut estimate
 	// came up to a second early and found the operation not quite done.
-	recent := recentEstimate(last.reading, op, now)
-	wait, estimate := r.nextPoll(op, now, !last.polled, slipped, recent)
+	read := readingOf(op, now)
+	wait, estimate := r.nextPoll(op, now, !polledBefore, slipped, recentEstimate(last.reading, read, op.Status.NTotal))
 	if err := r.writeStatus(ctx, original, op, now); err != nil {
 		return staleOr(err)
 	}
-	r.polled.Store(req.NamespacedName, polled{polled: true, estimate: estimate, reading: readingOf(op, now)})
+	r.polled.Store(req.NamespacedName, polled{estimate: estimate, reading: read})
 	// Counted from the reconcile's start, so the time the call and the
 	// write took does not push the next poll past the interval.
 	next := min(wait, deadline.Sub(now)) - r.Clock.Since(now)

@@ -108,22 +108,17 @@ type reading struct {
 
 // readingOf is the reading the status of op holds after a poll at now.
 func readingOf(op *itemopsv1alpha1.ItemOperation, now time.Time) reading {
-	measured := now
-	if s := op.Status; s.Updated != nil && s.Started != nil && s.Updated.After(s.Started.Time) {
-		measured = s.Updated.Time
-	}
-	return reading{done: op.Status.NCompleted, measured: measured}
+	return reading{done: op.Status.NCompleted, measured: measuredAt(&op.Status, now)}
 }
 
-// recentEstimate is when op finishes at the rate it moved since prev, the
-// previous poll's reading; zero when it did not move or there is no
-// previous reading.
-func recentEstimate(prev reading, op *itemopsv1alpha1.ItemOperation, now time.Time) time.Time {
-	cur := readingOf(op, now)
+// recentEstimate is when a transfer of total finishes at the rate it moved
+// from prev to cur, two readings of successive polls; zero when it did not
+// move or there is no previous reading.
+func recentEstimate(prev, cur reading, total int64) time.Time {
 	if prev.measured.IsZero() || cur.done <= prev.done {
 		return time.Time{}
 	}
-	eta, ok := progress.ETA(prev.measured, cur.measured, cur.done-prev.done, op.Status.NTotal-prev.done)
+	eta, ok := progress.ETA(prev.measured, cur.measured, cur.done-prev.done, total-prev.done)
 	if !ok {
 		return time.Time{}
 	}

@@ -146,19 +146,23 @@ func (r *ItemOperationReconciler) applyProgress(op *itemopsv1alpha1.ItemOperatio
 	// A plugin whose times are ahead of ours by more than any clock skew
 	// gives no rate to go by.
 	if s.Started != nil && !s.Started.After(now.Add(maxClockSkew)) && (s.Updated == nil || !s.Updated.After(now.Add(maxClockSkew))) {
-		// The rate is measured at the plugin's own time of the reading when
-		// it gives one; the reconcile's start may be well before the call.
-		measured := now
-		if s.Updated != nil && s.Updated.After(s.Started.Time) {
-			measured = s.Updated.Time
-		}
-		if eta, ok := progress.ETA(s.Started.Time, measured, s.NCompleted, s.NTotal); ok {
+		if eta, ok := progress.ETA(s.Started.Time, measuredAt(s, now), s.NCompleted, s.NTotal); ok {
 			s.EstimatedCompletion = &metav1.Time{Time: eta}
 		}
 	}
 	if s.Phase == itemopsv1alpha1.OperationPhaseNew && (!p.Started.IsZero() || p.NCompleted > 0) {
 		s.Phase = itemopsv1alpha1.OperationPhaseInProgress
 	}
+}
+
+// measuredAt is when the progress in s was read: the plugin's own time of
+// the reading when it gives one, else now; the reconcile's start may be well
+// before the call.
+func measuredAt(s *itemopsv1alpha1.ItemOperationStatus, now time.Time) time.Time {
+	if s.Updated != nil && s.Started != nil && s.Updated.After(s.Started.Time) {
+		return s.Updated.Time
+	}
+	return now
 }
 
 // checkStall sets Stalled when progress has stood still for StallAfter.

@@ -214,9 +214,12 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 		prev := readingOf(op(100, start.Add(10*time.Second)), start.Add(11*time.Second))
 		g.Expect(prev).To(Equal(reading{done: 100, measured: start.Add(10 * time.Second)}), "the plugin's time, not the poll's")
 		// 200 more in 2 s: the 700 left take 7 s more.
-		g.Expect(recentEstimate(prev, op(300, start.Add(12*time.Second)), start.Add(13*time.Second))).To(Equal(start.Add(19 * time.Second)))
-		g.Expect(recentEstimate(prev, op(100, start.Add(12*time.Second)), start.Add(13*time.Second))).To(BeZero(), "paused: no rate")
-		g.Expect(recentEstimate(reading{}, op(300, start.Add(12*time.Second)), start.Add(13*time.Second))).To(BeZero(), "no earlier reading")
+		recent := func(prev reading, o *itemopsv1alpha1.ItemOperation, now time.Time) time.Time {
+			return recentEstimate(prev, readingOf(o, now), o.Status.NTotal)
+		}
+		g.Expect(recent(prev, op(300, start.Add(12*time.Second)), start.Add(13*time.Second))).To(Equal(start.Add(19 * time.Second)))
+		g.Expect(recent(prev, op(100, start.Add(12*time.Second)), start.Add(13*time.Second))).To(BeZero(), "paused: no rate")
+		g.Expect(recent(reading{}, op(300, start.Add(12*time.Second)), start.Add(13*time.Second))).To(BeZero(), "no earlier reading")
 	})
 
 	// Operations polled together
@@ -414,7 +417,7 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 		}
 
 		clock.SetTime(start.Add(9600 * time.Millisecond))
-		r.polled.Store(req.NamespacedName, polled{polled: true}) // polled regularly before
+		r.polled.Store(req.NamespacedName, polled{}) // polled regularly before
 		if got, want := reconcile(), 400*time.Millisecond+etaMargin; got != want {
 			t.Fatalf("a poll 400ms before the end: next in %s, want %s (at the estimate)", got, want)
 		}
