@@ -31,6 +31,7 @@ import (
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/internal/metrics"
+	"github.com/itemops/itemops/internal/plugin"
 )
 
 // reconcileDelete cancels an unfinished operation before letting it go.
@@ -52,8 +53,9 @@ func (r *ItemOperationReconciler) reconcileDelete(ctx context.Context, op *itemo
 			reason, message = cancelReason(op, parent)
 		}
 		if err := r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now); err != nil {
-			if errors.Is(err, errStale) {
-				return err // the workqueue retries on a fresh copy
+			var retry *cancelRetry
+			if errors.Is(err, errStale) || errors.As(err, &retry) {
+				return err // retried on a fresh copy, or once the plugin is back
 			}
 			return client.IgnoreNotFound(err)
 		}
@@ -76,11 +78,30 @@ func (r *ItemOperationReconciler) removeFinalizer(ctx context.Context, op *itemo
 	return nil
 }
 
+// maxCancelAttempts bounds the Cancel calls made for one operation when the
+// plugin cannot be reached; they are a second apart, then two, four, eight.
+const maxCancelAttempts = 5
+
+// cancelRetry: Cancel could not reach the plugin (its process died during
+// the call, say) and is tried again after a wait, once the process is back.
+type cancelRetry struct {
+	after time.Duration
+	err   error
+}
+
+func (e *cancelRetry) Error() string {
+	return fmt.Sprintf("cancel will be tried again in %s: %v", e.after, e.err)
+}
+
+func (e *cancelRetry) Unwrap() error { return e.err }
+
 // cancel calls the plugin's Cancel once per operation, records the answer in
 // the Canceled condition and an Event, and ends the operation in phase.
 // Cancel has an effect outside the API server, so it is only called on a copy
 // that is the API server's latest: a reconcile woken by several events at
-// once must not cancel again on a stale cache.
+// once must not cancel again on a stale cache. A Cancel that did not reach
+// the plugin is tried again, up to maxCancelAttempts times: an operation
+// is not recorded Canceled when the plugin was never told.
 func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState,
 	reason, why string, phase itemopsv1alpha1.OperationPhase, now time.Time) error {
 	reader := r.APIReader
@@ -100,9 +121,29 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 		err = r.Plugins.Cancel(ctx, target)
 	}
 	metrics.CancelCall(op.Spec.Plugin.Kind, op.Spec.Plugin.Name, reason, callResult(err))
+	if at, ok := plugin.RestartAt(err); ok {
+		// The plugin was not called: its process waits out a restart
+		// backoff. Not an attempt; the next comes with the process.
+		return &cancelRetry{after: max(at.Sub(r.Clock.Now()), 10*time.Millisecond), err: err}
+	}
+	key := client.ObjectKeyFromObject(op)
+	tries := 1
+	if v, ok := r.cancelTries.Load(key); ok {
+		tries += v.(int)
+	}
+	if plugin.IsUnreachable(err) && tries < maxCancelAttempts {
+		r.cancelTries.Store(key, tries)
+		after := time.Second << (tries - 1)
+		ctrl.LoggerFrom(ctx).Info("cancel did not reach the plugin; trying again", "attempt", tries,
+			"of", maxCancelAttempts, "after", after.String(), "error", err.Error())
+		return &cancelRetry{after: after, err: err}
+	}
+	r.cancelTries.Delete(key)
 	switch {
 	case errors.Is(err, errSnapshotLocation):
 		answer = "the plugin could not be asked to cancel it: " + err.Error()
+	case plugin.IsUnreachable(err):
+		answer = fmt.Sprintf("the plugin could not be reached in %d attempts: %v", tries, err)
 	case err != nil:
 		answer = "the plugin could not cancel it: " + err.Error()
 	}

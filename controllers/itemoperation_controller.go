@@ -92,6 +92,9 @@ type ItemOperationReconciler struct {
 	// polled), so that the first poll of each can spread the next over the
 	// interval and ETA polling knows its last reading.
 	polled sync.Map
+	// cancelTries counts, by name, the Cancel calls that could not reach
+	// the plugin in a row.
+	cancelTries sync.Map
 }
 
 // polled is what the last poll of an operation by this process left for the next.
@@ -198,13 +201,14 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if err := r.Client.Get(ctx, req.NamespacedName, op); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.polled.Delete(req.NamespacedName)
+			r.cancelTries.Delete(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("itemoperation", klog.KObj(op)))
 
 	if !op.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, op)
+		return staleOr(r.reconcileDelete(ctx, op))
 	}
 	if op.Status.Phase == "" {
 		// Read from an operations file in which it had already finished:
@@ -336,9 +340,15 @@ var errStale = errors.New("the cached ItemOperation is out of date")
 
 // staleOr turns errStale into an immediate retry, on a copy the cache will
 // have caught up with; other errors go to the workqueue's backoff.
+// A cancel that must be tried again comes back after its wait, without the
+// workqueue's error backoff.
 func staleOr(err error) (ctrl.Result, error) {
-	if errors.Is(err, errStale) {
+	var retry *cancelRetry
+	switch {
+	case errors.Is(err, errStale):
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	case errors.As(err, &retry):
+		return ctrl.Result{RequeueAfter: retry.after}, nil
 	}
 	return ctrl.Result{}, err
 }

@@ -224,6 +224,29 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		g.Consistently(func() int { return pluginState(t, id).Cancels }, time.Second, 100*time.Millisecond).Should(Equal(1))
 	})
 
+	// The plugin's process dies during Cancel: the operation is not recorded
+	// Canceled until a Cancel has reached the restarted process.
+	It("cancel is tried again when the plugin dies during it", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		backup := newBackup(t)
+		id := startUpload(t, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi", sim.AnnotationCrashOnCancel: "true"})
+		op := newOperation(t, backup, "itemops.io/sample-datamover", id)
+		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
+
+		patch := client.MergeFrom(op.DeepCopy())
+		op.Spec.Cancel = true
+		g.Expect(env.Client.Patch(context.Background(), op, patch)).To(Succeed())
+		// The process restarts at once after a first exit; the next attempt
+		// comes a second later.
+		g.Eventually(phaseOf(op), 20*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCanceled))
+		st := pluginState(t, id)
+		g.Expect(st.CancelCrashed).To(BeTrue(), "the plugin process did exit during Cancel")
+		g.Expect(st.Cancels).To(Equal(1), "the Cancel after the restart reached the plugin")
+		c := meta.FindStatusCondition(get(g, op).Status.Conditions, itemopsv1alpha1.ConditionCanceled)
+		g.Expect(c.Message).To(ContainSubstring("the plugin accepted the cancel request"))
+	})
+
 	// Many events at once wake the operation while it is cancelled; reconciles
 	// on a cache that has not seen the cancel yet must not cancel it again.
 	It("cancel once under a burst of events", func() {

@@ -97,6 +97,13 @@ func (r *ItemOperationReconciler) poll(ctx context.Context, op *itemopsv1alpha1.
 		// Like a missing plugin: fixed by the administrator, visible till then.
 		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, itemopsv1alpha1.ReasonSnapshotLocationUnavailable,
 			err.Error(), now)
+	case errors.As(err, new(*plugin.RestartPending)):
+		// Not this operation's failure: another call made the process
+		// exit, and the plugin was not called. Counting it would fail
+		// every operation of a binary that one bad operation crashes;
+		// the operation whose calls crash it is still counted.
+		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, itemopsv1alpha1.ReasonPluginRestarting,
+			err.Error(), now)
 	case errors.Is(err, plugin.ErrNotSupported), errors.Is(err, plugin.ErrInvalidOperationID):
 		op.Status.Error = err.Error()
 		r.finish(op, itemopsv1alpha1.OperationPhaseFailed, now)

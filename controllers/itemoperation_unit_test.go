@@ -19,6 +19,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,31 @@ func (deniedPlugin) Progress(context.Context, plugin.Operation) (velero.Operatio
 }
 
 func (deniedPlugin) Cancel(context.Context, plugin.Operation) error { return nil }
+
+// unreachablePlugin fails its first calls as a plugin process that died
+// during them does, or with err when set.
+type unreachablePlugin struct {
+	failures int
+	err      error
+	progress int
+	cancels  int
+}
+
+func (p *unreachablePlugin) Progress(context.Context, plugin.Operation) (velero.OperationProgress, error) {
+	p.progress++
+	return velero.OperationProgress{}, p.err
+}
+
+func (p *unreachablePlugin) Cancel(_ context.Context, op plugin.Operation) error {
+	p.cancels++
+	if p.cancels > p.failures {
+		return nil
+	}
+	if p.err != nil {
+		return p.err
+	}
+	return &plugin.Error{Kind: plugin.ErrTransport, Plugin: op.Plugin, Call: "Cancel", Err: errors.New("rpc error: code = Unavailable desc = error reading from server: EOF")}
+}
 
 // oneWaitingOperation is a fake client holding a Backup waiting for its
 // plugin operations and its one ItemOperation, of plugin and operation ID.
@@ -490,6 +516,88 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 		}
 		if forbidden != 1 {
 			t.Errorf("%d PluginForbidden Events, want 1", forbidden)
+		}
+	})
+
+	It("a poll refused while the plugin process restarts is not a failure", func() {
+		t := GinkgoTB()
+		clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		c, op := oneWaitingOperation(t, "velero.io/csi-pvc-backupper", "du-1")
+		pending := &plugin.Error{Kind: plugin.ErrTransport, Plugin: "velero.io/csi-pvc-backupper", Call: "Progress",
+			Err: &plugin.RestartPending{Binary: "/plugins/velero", Exits: 3, At: clock.Now().Add(time.Minute)}}
+		r := &ItemOperationReconciler{Client: c, Plugins: &unreachablePlugin{err: pending}, Recorder: record.NewFakeRecorder(100),
+			Clock: clock, SyncFrequency: 10 * time.Second, ProgressUpdateInterval: 30 * time.Second, StallAfter: time.Hour,
+			MaxProgressFailures: 3, MinPollInterval: time.Second}
+		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
+		got := &itemopsv1alpha1.ItemOperation{}
+		for i := 0; i < 10; i++ {
+			if _, err := r.Reconcile(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+			clock.Step(10 * time.Second)
+		}
+		if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+			t.Fatal(err)
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, itemopsv1alpha1.ConditionProgressing)
+		if got.Status.Phase.IsTerminal() || got.Status.PollFailures != 0 || cond == nil || cond.Reason != itemopsv1alpha1.ReasonPluginRestarting ||
+			!strings.Contains(cond.Message, "/plugins/velero") {
+			t.Errorf("after 10 refused polls: phase %s, %d failures, condition %+v; want it running, none counted, PluginRestarting",
+				got.Status.Phase, got.Status.PollFailures, cond)
+		}
+	})
+
+	It("a Cancel that does not reach the plugin is tried again, a bounded number of times", func() {
+		t := GinkgoTB()
+		deadline := &plugin.Error{Kind: plugin.ErrTransport, Plugin: "velero.io/csi-pvc-backupper", Call: "Cancel", Err: context.DeadlineExceeded}
+		cases := []struct {
+			name    string
+			plugin  *unreachablePlugin
+			waits   []time.Duration
+			message string
+		}{
+			{"reached on the third attempt", &unreachablePlugin{failures: 2}, []time.Duration{time.Second, 2 * time.Second},
+				"the plugin accepted the cancel request"},
+			{"never reached", &unreachablePlugin{failures: 100}, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second},
+				"the plugin could not be reached in 5 attempts"},
+			{"out of time: not tried again", &unreachablePlugin{failures: 100, err: deadline}, nil, "the plugin could not cancel it"},
+		}
+		for _, tc := range cases {
+			clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			c, op := oneWaitingOperation(t, "velero.io/csi-pvc-backupper", "du-1")
+			op.Spec.Cancel = true
+			if err := c.Update(context.Background(), op); err != nil {
+				t.Fatal(err)
+			}
+			r := &ItemOperationReconciler{Client: c, Plugins: tc.plugin, Recorder: record.NewFakeRecorder(100), Clock: clock,
+				SyncFrequency: 10 * time.Second, ProgressUpdateInterval: 30 * time.Second, StallAfter: time.Hour, MaxProgressFailures: 3}
+			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
+			var waits []time.Duration
+			got := &itemopsv1alpha1.ItemOperation{}
+			for range 10 {
+				res, err := r.Reconcile(context.Background(), req)
+				if err != nil {
+					t.Fatalf("%s: %v", tc.name, err)
+				}
+				if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+					t.Fatal(err)
+				}
+				if got.Status.Phase.IsTerminal() {
+					break
+				}
+				waits = append(waits, res.RequeueAfter)
+				clock.Step(res.RequeueAfter)
+			}
+			if !slices.Equal(waits, tc.waits) {
+				t.Errorf("%s: waits between attempts %v, want %v", tc.name, waits, tc.waits)
+			}
+			cond := meta.FindStatusCondition(got.Status.Conditions, itemopsv1alpha1.ConditionCanceled)
+			if got.Status.Phase != itemopsv1alpha1.OperationPhaseCanceled || cond == nil || !strings.Contains(cond.Message, tc.message) {
+				t.Errorf("%s: phase %s, condition %+v; want Canceled saying %q", tc.name, got.Status.Phase, cond, tc.message)
+			}
+			if want := len(tc.waits) + 1; tc.plugin.cancels != want {
+				t.Errorf("%s: %d Cancel calls, want %d", tc.name, tc.plugin.cancels, want)
+			}
 		}
 	})
 })

@@ -138,6 +138,9 @@ const (
 	ReasonPolling = "Polling"
 	// ReasonPollFailing: progress could not be read; retrying within the budget.
 	ReasonPollFailing = "PollFailing"
+	// ReasonPluginRestarting: the plugin's process exited and waits out its
+	// restart backoff; the poll was not made and is not counted as failed.
+	ReasonPluginRestarting = "PluginRestarting"
 	// ReasonPluginNotFound: no discovered plugin binary serves the plugin name.
 	ReasonPluginNotFound = "PluginNotFound"
 	// ReasonPluginForbidden: the plugin's own request to the API server was

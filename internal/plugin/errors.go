@@ -17,6 +17,7 @@ limitations under the License.
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"regexp"
@@ -77,6 +78,16 @@ func (e *Error) Unwrap() error { return e.Err }
 // IsRetryable reports whether err is a transport failure or a deadline,
 // which a later call may not repeat.
 func IsRetryable(err error) bool { return errors.Is(err, ErrTransport) }
+
+// IsUnreachable reports whether err is a transport failure that is not a
+// deadline: the process exited or its connection broke, so the same call
+// may succeed as soon as the process is started again. A plugin that does
+// not answer in time is not unreachable: calling it again would only wait
+// as long again.
+func IsUnreachable(err error) bool {
+	return errors.Is(err, ErrTransport) && !errors.Is(err, context.DeadlineExceeded) &&
+		status.Code(err) != codes.DeadlineExceeded
+}
 
 // serverMuxNotFound is how Velero's plugin server answers a name it does not serve.
 const serverMuxNotFound = "was not found or has an invalid name format"

@@ -103,6 +103,11 @@ type Manager struct {
 	clock clock.Clock
 
 	registry atomic.Pointer[Registry]
+	// relistMu serialises asking unanswered binaries again; relisted is when
+	// that was last done, relistWait how long until the next time.
+	relistMu   sync.Mutex
+	relisted   time.Time
+	relistWait time.Duration
 
 	mu        sync.Mutex
 	processes map[string]*process
@@ -216,7 +221,7 @@ func (m *Manager) connect(ctx context.Context, call string, op Operation) (*grpc
 	if !ok {
 		return nil, fail(ErrNotSupported, fmt.Errorf("no client for %s plugins", op.Kind))
 	}
-	reg := m.registry.Load()
+	reg := m.lookup(ctx, ID{Kind: v2, Name: op.Plugin}, ID{Kind: v1, Name: op.Plugin})
 	path, err := reg.Command(ID{Kind: v2, Name: op.Plugin})
 	if err != nil {
 		if reg.Has(ID{Kind: v1, Name: op.Plugin}) {

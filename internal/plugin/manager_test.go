@@ -40,6 +40,7 @@ import (
 	protobiav2 "github.com/vmware-tanzu/velero/pkg/plugin/generated/backupitemaction/v2"
 	protoriav2 "github.com/vmware-tanzu/velero/pkg/plugin/generated/restoreitemaction/v2"
 	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	vsv2 "github.com/itemops/itemops/pkg/plugin/velero/volumesnapshotter/v2"
@@ -248,6 +249,57 @@ var _ = Describe("The plugin manager", func() {
 		g.Expect(err.Error()).To(And(ContainSubstring("skipped there: "),
 			ContainSubstring("anyone-can-replace.sh: refused: writable by every user (mode 0777)"),
 			ContainSubstring("not-a-plugin.sh: not a Velero plugin")))
+	})
+
+	It("a binary that did not answer discovery is asked again when an operation needs it", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		dir, work := t.TempDir(), t.TempDir()
+		// Dies the first time it is started (as a plugin killed while
+		// discovery asks it), serves the sample plugins after that.
+		g.Expect(os.WriteFile(filepath.Join(dir, "flaky-at-start.sh"), []byte("#!/bin/sh\n"+
+			"[ -e "+work+"/started ] || { touch "+work+"/started; exit 1; }\n"+
+			"exec "+filepath.Join(binDir, "sample")+" \"$@\"\n"), 0o755)).To(Succeed())
+		// Never a plugin: counts how often it is started.
+		g.Expect(os.WriteFile(filepath.Join(dir, "broken.sh"), []byte("#!/bin/sh\necho x >> "+work+"/broken\n"), 0o755)).To(Succeed())
+		runs := func() int {
+			b, _ := os.ReadFile(filepath.Join(work, "broken"))
+			return strings.Count(string(b), "x")
+		}
+		clk := clocktesting.NewFakeClock(time.Now())
+		logs := &logSink{}
+		m := NewManager(Options{Dir: dir, CallTimeout: 10 * time.Second, Log: logs.logger(), Clock: clk})
+		DeferCleanup(m.Close)
+		m.Discover(context.Background())
+		g.Expect(m.Registry().IDs()).To(BeEmpty())
+		g.Expect(m.Registry().Problems()).To(HaveLen(2))
+		g.Expect(runs()).To(Equal(1))
+
+		// The first call that needs a plugin asks both again; one answers.
+		id := startUpload(t, m, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "10Mi"})
+		_, err := m.Progress(context.Background(), upload(id))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(m.Registry().Has(ID{common.PluginKindBackupItemActionV2, datamover})).To(BeTrue())
+		g.Expect(m.Registry().Problems()).To(ConsistOf(HaveField("Path", filepath.Join(dir, "broken.sh"))))
+		g.Expect(logs.String()).To(ContainSubstring("plugin binary answered when asked again"))
+		g.Expect(runs()).To(Equal(2))
+
+		// A plugin nobody serves asks the one left again, ever less often.
+		missing := upload("x")
+		missing.Plugin = "example.io/not-installed"
+		ask := func() int {
+			_, err := m.Progress(context.Background(), missing)
+			g.Expect(errors.Is(err, ErrPluginNotFound)).To(BeTrue(), "got %v", err)
+			return runs()
+		}
+		g.Expect(ask()).To(Equal(2), "asked again at once")
+		clk.Step(relistFirst)
+		g.Expect(ask()).To(Equal(3))
+		clk.Step(relistFirst)
+		g.Expect(ask()).To(Equal(3), "none answered: the wait doubles")
+		clk.Step(relistFirst)
+		g.Expect(ask()).To(Equal(4))
+		g.Expect(logs.String()).To(ContainSubstring("still skipping in plugin directory"))
 	})
 
 	It("missing plugin directory is a problem not a failure", func() {

@@ -63,7 +63,7 @@ func VolumeSnapshotterName(provider string) string { return ObjectStoreName(prov
 func (m *Manager) WithObjectStore(ctx context.Context, provider string, fn func(velero.ObjectStore) error) error {
 	name := ObjectStoreName(provider)
 	id := ID{Kind: common.PluginKindObjectStore, Name: name}
-	path, err := m.registry.Load().Command(id)
+	path, err := m.lookup(ctx, id).Command(id)
 	if err != nil {
 		return &Error{Kind: ErrPluginNotFound, Plugin: name, Call: "ObjectStore", Err: err}
 	}

@@ -88,6 +88,35 @@ type running struct {
 
 func (r *running) alive() bool { return r != nil && !r.client.Exited() }
 
+// RestartPending is the error of a call made while a plugin binary waits
+// out its restart backoff: the plugin was not called, so the call says
+// nothing about the operation it was for.
+type RestartPending struct {
+	// Binary is the plugin binary's path.
+	Binary string
+	// Exits counts the exits or failed starts in a row.
+	Exits int
+	// At is the earliest time of the next start.
+	At  time.Time
+	now time.Time
+}
+
+// Error implements error.
+func (e *RestartPending) Error() string {
+	return fmt.Sprintf("plugin binary %s exited or failed to start %d times in a row; next start in %s",
+		e.Binary, e.Exits, e.At.Sub(e.now).Round(time.Millisecond))
+}
+
+// RestartAt reports whether err is a call refused because its plugin's
+// process waits out its restart backoff, and when the next start is.
+func RestartAt(err error) (time.Time, bool) {
+	var pending *RestartPending
+	if errors.As(err, &pending) {
+		return pending.At, true
+	}
+	return time.Time{}, false
+}
+
 // launch is one start of a process that callers may wait for.
 type launch struct {
 	done chan struct{}
@@ -163,9 +192,8 @@ func (p *process) launchOrJoin() (*launch, error) {
 		p.m.log.Info("plugin process exited; restarting it", "binary", p.path,
 			"ranFor", now.Sub(r.started).Round(time.Millisecond).String(), "exitsInARow", p.failures)
 	}
-	if wait := p.notBefore.Sub(now); wait > 0 {
-		return nil, fmt.Errorf("plugin binary %s exited or failed to start %d times in a row; next start in %s",
-			p.path, p.failures, wait.Round(time.Millisecond))
+	if now.Before(p.notBefore) {
+		return nil, &RestartPending{Binary: p.path, Exits: p.failures, At: p.notBefore, now: now}
 	}
 	l := &launch{done: make(chan struct{})}
 	p.launching = l

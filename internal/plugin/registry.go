@@ -21,11 +21,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vmware-tanzu/velero/pkg/plugin/framework/common"
 	proto "github.com/vmware-tanzu/velero/pkg/plugin/generated"
@@ -59,6 +61,65 @@ type Registry struct {
 	commands  map[ID]string
 	conflicts map[ID][]string
 	problems  []Problem
+	// found is what each binary that was started answered; unlisted are
+	// the files skipped before any was started (never asked again).
+	found    map[string]listing
+	unlisted []Problem
+}
+
+// listing is one binary's answer to "which plugins do you serve?".
+type listing struct {
+	ids []ID
+	err error
+}
+
+// newRegistry resolves names from every binary's listing.
+func newRegistry(dir string, unlisted []Problem, found map[string]listing) *Registry {
+	reg := &Registry{dir: dir, commands: map[ID]string{}, conflicts: map[ID][]string{},
+		problems: slices.Clone(unlisted), found: found, unlisted: unlisted}
+	paths := slices.Sorted(maps.Keys(found))
+	owners := map[ID][]string{}
+	for _, path := range paths {
+		l := found[path]
+		if l.err != nil {
+			reg.problems = append(reg.problems, Problem{Path: path, Err: l.err})
+			continue
+		}
+		for _, id := range l.ids {
+			if err := common.ValidatePluginName(id.Name, nil); err != nil {
+				reg.problems = append(reg.problems, Problem{Path: path, Err: fmt.Errorf("skipping %s: %w", id, err)})
+				continue
+			}
+			owners[id] = append(owners[id], path)
+		}
+	}
+	for id, paths := range owners {
+		if len(paths) == 1 {
+			reg.commands[id] = paths[0]
+			continue
+		}
+		// Velero refuses to start when two binaries register one name; we
+		// cannot know which one Velero's operation came from, so neither is used.
+		reg.conflicts[id] = paths
+		reg.problems = append(reg.problems, Problem{Path: paths[1],
+			Err: fmt.Errorf("%s is also registered by %s; neither is used", id, strings.Join(paths[:1], ", "))})
+	}
+	slices.SortFunc(reg.problems, func(a, b Problem) int { return strings.Compare(a.Path, b.Path) })
+	return reg
+}
+
+// unanswered returns the binaries that were started but did not say what
+// they serve: killed while starting, out of memory, too slow. Unlike a
+// file that is not a plugin, they may answer when asked again.
+func (r *Registry) unanswered() []string {
+	var paths []string
+	for path, l := range r.found {
+		if l.err != nil {
+			paths = append(paths, path)
+		}
+	}
+	slices.Sort(paths)
+	return paths
 }
 
 // IDs returns every plugin that can be called, sorted.
@@ -108,16 +169,70 @@ const discoveryConcurrency = 4
 // Velero does) which plugins it serves, and makes the result the registry
 // that calls resolve names against. Files that are not Velero plugins, fail
 // the handshake or register invalid or duplicate names are skipped and
-// reported in the registry's Problems; nothing here is fatal.
+// reported in the registry's Problems; nothing here is fatal. A binary that
+// started but did not answer is asked again when an operation needs a
+// plugin no binary serves (see lookup).
 func (m *Manager) Discover(ctx context.Context) *Registry {
-	reg := &Registry{dir: m.opts.Dir, commands: map[ID]string{}, conflicts: map[ID][]string{}}
 	paths, problems := executables(m.opts.Dir)
-	reg.problems = append(reg.problems, problems...)
-
-	type listing struct {
-		ids []ID
-		err error
+	reg := newRegistry(m.opts.Dir, problems, m.listAll(ctx, paths))
+	for _, p := range reg.problems {
+		m.log.Error(p.Err, "skipping in plugin directory", "path", p.Path)
 	}
+	m.log.Info("discovered plugins", "dir", m.opts.Dir, "binaries", len(paths), "plugins", len(reg.commands), "problems", len(reg.problems))
+	m.registry.Store(reg)
+	return reg
+}
+
+// Binaries that did not answer are asked again no sooner than relistFirst
+// after the last time, waiting twice as long after each time none of them
+// answers, up to relistMax.
+const (
+	relistFirst = 10 * time.Second
+	relistMax   = 5 * time.Minute
+)
+
+// lookup returns the registry to resolve any of ids against. When none of
+// them is served and some binary did not answer discovery, those binaries
+// are asked again first (see relistFirst): a plugin killed while discovery
+// asked it must not stay unknown until itemops restarts.
+func (m *Manager) lookup(ctx context.Context, ids ...ID) *Registry {
+	reg := m.registry.Load()
+	if slices.ContainsFunc(ids, reg.Has) || len(reg.unanswered()) == 0 {
+		return reg
+	}
+	m.relistMu.Lock()
+	defer m.relistMu.Unlock()
+	reg = m.registry.Load() // another caller may have asked meanwhile
+	paths := reg.unanswered()
+	if m.relistWait == 0 {
+		m.relistWait = relistFirst
+	}
+	if slices.ContainsFunc(ids, reg.Has) || len(paths) == 0 ||
+		(!m.relisted.IsZero() && m.clock.Since(m.relisted) < m.relistWait) {
+		return reg
+	}
+	m.relisted = m.clock.Now()
+	answers := m.listAll(ctx, paths)
+	found := maps.Clone(reg.found)
+	maps.Copy(found, answers)
+	m.relistWait = min(2*m.relistWait, relistMax)
+	if slices.ContainsFunc(paths, func(path string) bool { return answers[path].err == nil }) {
+		m.relistWait = relistFirst
+	}
+	for _, path := range paths {
+		if err := answers[path].err; err != nil {
+			m.log.Error(err, "still skipping in plugin directory", "path", path, "askedAgainIn", m.relistWait.String())
+			continue
+		}
+		m.log.Info("plugin binary answered when asked again", "path", path, "plugins", len(answers[path].ids))
+	}
+	next := newRegistry(reg.dir, reg.unlisted, found)
+	m.registry.Store(next)
+	return next
+}
+
+// listAll lists the binaries at paths, a few at a time.
+func (m *Manager) listAll(ctx context.Context, paths []string) map[string]listing {
 	results := make([]listing, len(paths))
 	sem := make(chan struct{}, discoveryConcurrency)
 	var wg sync.WaitGroup
@@ -132,40 +247,11 @@ func (m *Manager) Discover(ctx context.Context) *Registry {
 		}()
 	}
 	wg.Wait()
-
-	owners := map[ID][]string{}
+	found := make(map[string]listing, len(paths))
 	for i, path := range paths {
-		if results[i].err != nil {
-			reg.problems = append(reg.problems, Problem{Path: path, Err: results[i].err})
-			continue
-		}
-		for _, id := range results[i].ids {
-			if err := common.ValidatePluginName(id.Name, nil); err != nil {
-				reg.problems = append(reg.problems, Problem{Path: path, Err: fmt.Errorf("skipping %s: %w", id, err)})
-				continue
-			}
-			owners[id] = append(owners[id], path)
-		}
+		found[path] = results[i]
 	}
-	for id, paths := range owners {
-		if len(paths) == 1 {
-			reg.commands[id] = paths[0]
-			continue
-		}
-		// Velero refuses to start when two binaries register one name; we
-		// cannot know which one Velero's operation came from, so neither is used.
-		reg.conflicts[id] = paths
-		reg.problems = append(reg.problems, Problem{Path: paths[1],
-			Err: fmt.Errorf("%s is also registered by %s; neither is used", id, strings.Join(paths[:1], ", "))})
-	}
-	slices.SortFunc(reg.problems, func(a, b Problem) int { return strings.Compare(a.Path, b.Path) })
-
-	for _, p := range reg.problems {
-		m.log.Error(p.Err, "skipping in plugin directory", "path", p.Path)
-	}
-	m.log.Info("discovered plugins", "dir", m.opts.Dir, "binaries", len(paths), "plugins", len(reg.commands), "problems", len(reg.problems))
-	m.registry.Store(reg)
-	return reg
+	return found
 }
 
 // list starts the binary, asks its PluginLister what it serves, and stops it.

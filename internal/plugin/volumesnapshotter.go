@@ -63,13 +63,13 @@ type VolumeSnapshotter interface {
 // VolumeSnapshotter of that name through the v1 adapter. The process is
 // started, and restarted after a crash, by the calls themselves.
 func (m *Manager) VolumeSnapshotter(name string) (VolumeSnapshotter, error) {
-	vs, _, err := m.volumeSnapshotter(name, "VolumeSnapshotter")
+	vs, _, err := m.volumeSnapshotter(context.Background(), name, "VolumeSnapshotter")
 	return vs, err
 }
 
 // volumeSnapshotter resolves name and also returns the binary serving it.
-func (m *Manager) volumeSnapshotter(name, call string) (*volumeSnapshotter, string, error) {
-	reg := m.registry.Load()
+func (m *Manager) volumeSnapshotter(ctx context.Context, name, call string) (*volumeSnapshotter, string, error) {
+	reg := m.lookup(ctx, ID{Kind: vsv2.PluginKind, Name: name}, ID{Kind: common.PluginKindVolumeSnapshotter, Name: name})
 	v1 := false
 	path, err := reg.Command(ID{Kind: vsv2.PluginKind, Name: name})
 	if err != nil {
@@ -339,7 +339,7 @@ func configKey(config map[string]string) [sha256.Size]byte {
 // with config, initialising it only when its process has not seen config.
 func (m *Manager) withSnapshotter(ctx context.Context, call, name string, config map[string]string,
 	fn func(VolumeSnapshotter) error) error {
-	vs, path, err := m.volumeSnapshotter(name, call)
+	vs, path, err := m.volumeSnapshotter(ctx, name, call)
 	if err != nil {
 		return err
 	}

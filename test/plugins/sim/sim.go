@@ -68,6 +68,9 @@ const (
 	AnnotationCrashOnce = "itemops.io/sample-crash-once"
 	// AnnotationIgnoreCancel ("true") makes Cancel return without stopping anything.
 	AnnotationIgnoreCancel = "itemops.io/sample-ignore-cancel"
+	// AnnotationCrashOnCancel ("true") makes the plugin process exit during
+	// the first Cancel call, before it stops anything.
+	AnnotationCrashOnCancel = "itemops.io/sample-crash-on-cancel"
 	// AnnotationErrorCalls makes the first N Progress calls of the operation
 	// return an error (as a plugin that cannot read its own state for a
 	// moment does), not an answer.
@@ -119,10 +122,13 @@ type State struct {
 	CrashOnce    bool          `json:"crashOnce,omitempty"`
 	Crashed      bool          `json:"crashed,omitempty"`
 	IgnoreCancel bool          `json:"ignoreCancel,omitempty"`
-	Answer       *Answer       `json:"answer,omitempty"`
-	ErrorCalls   int           `json:"errorCalls,omitempty"`
-	Started      time.Time     `json:"started"`
-	Canceled     *time.Time    `json:"canceled,omitempty"`
+	// CrashOnCancel and CancelCrashed: the first Cancel exits the process.
+	CrashOnCancel bool       `json:"crashOnCancel,omitempty"`
+	CancelCrashed bool       `json:"cancelCrashed,omitempty"`
+	Answer        *Answer    `json:"answer,omitempty"`
+	ErrorCalls    int        `json:"errorCalls,omitempty"`
+	Started       time.Time  `json:"started"`
+	Canceled      *time.Time `json:"canceled,omitempty"`
 	// Cancels counts the Cancel calls received.
 	Cancels int `json:"cancels,omitempty"`
 	// ProgressCalls counts the Progress calls answered.
@@ -313,6 +319,7 @@ func (s *Store) StartAt(direction, item string, annotations map[string]string, a
 		}
 	}
 	st.IgnoreCancel = annotations[AnnotationIgnoreCancel] == "true"
+	st.CrashOnCancel = annotations[AnnotationCrashOnCancel] == "true"
 	switch v := annotations[AnnotationShape]; v {
 	case ShapeConstant, ShapeReal:
 		st.Shape = v
@@ -462,6 +469,14 @@ func (s *Store) Cancel(id string) error {
 	st, err := s.Load(id)
 	if err != nil {
 		return err
+	}
+	if st.CrashOnCancel && !st.CancelCrashed {
+		st.CancelCrashed = true
+		if err := s.save(st); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "sample plugin: crashing on purpose during Cancel of %s\n", id)
+		os.Exit(3)
 	}
 	st.Cancels++
 	if !st.IgnoreCancel && st.Canceled == nil {
