@@ -210,7 +210,7 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if !op.DeletionTimestamp.IsZero() {
 		return staleOr(r.reconcileDelete(ctx, op))
 	}
-	if op.Status.Phase == "" {
+	if op.Status.Created == nil {
 		// Read from an operations file in which it had already finished:
 		// record that, and there is nothing to poll or cancel.
 		if finishedBeforeIngestion(op) {

@@ -43,7 +43,8 @@ import (
 // initialize fills what an operation has from the start: its phase and the
 // time the timeout runs from (Velero's record, else the object's creation).
 func (r *ItemOperationReconciler) initialize(op *itemopsv1alpha1.ItemOperation, now time.Time) {
-	if op.Status.Phase == "" {
+	if op.Status.Created == nil {
+		// Nothing written yet (the API server shows such an operation as New).
 		seedFromRecord(op, now)
 	}
 	if op.Status.Phase == "" {
@@ -219,7 +220,18 @@ func setCondition(op *itemopsv1alpha1.ItemOperation, kind string, status metav1.
 func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op *itemopsv1alpha1.ItemOperation, now time.Time) error {
 	boundStatus(&op.Status)
 	significant := significantChange(&original.Status, &op.Status)
-	if !significant {
+	switch {
+	case original.Status.Created == nil && quiet(&op.Status):
+		// Nothing written yet, and nothing to say but that the operation
+		// runs: its first status is a progress write, once a progress
+		// interval after itemops began to watch it. An operation that ends
+		// sooner gets its end as its only status write (see
+		// docs/controllers.md, "API writes").
+		if now.Sub(watchedSince(op)) < r.ProgressUpdateInterval {
+			return nil
+		}
+		significant = false
+	case !significant:
 		if equality.Semantic.DeepEqual(progressOnly(&original.Status), progressOnly(&op.Status)) {
 			return nil
 		}
@@ -321,6 +333,21 @@ func onlyRunning(before, after *itemopsv1alpha1.ItemOperationStatus) bool {
 		}
 	}
 	return len(before.Conditions) <= len(after.Conditions)
+}
+
+// quiet reports whether a status says only that the operation is new or
+// running: no error, no failed poll, no condition but Progressing=True/Polling.
+func quiet(s *itemopsv1alpha1.ItemOperationStatus) bool {
+	return onlyRunning(&itemopsv1alpha1.ItemOperationStatus{}, s)
+}
+
+// watchedSince is when itemops began to watch an operation: its object's
+// creation (Velero's record may be far older).
+func watchedSince(op *itemopsv1alpha1.ItemOperation) time.Time {
+	if !op.CreationTimestamp.IsZero() {
+		return op.CreationTimestamp.Time
+	}
+	return op.Status.Created.Time
 }
 
 // progressOnly is the part of the status that moves on every poll.

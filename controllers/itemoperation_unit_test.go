@@ -37,6 +37,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -516,6 +517,80 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 		}
 		if forbidden != 1 {
 			t.Errorf("%d PluginForbidden Events, want 1", forbidden)
+		}
+	})
+
+	// An operation's first status is written like progress, a progress
+	// interval after its object was created; one that ends sooner gets its
+	// end as its only status write. Anything more to say than "running"
+	// is written at once.
+	It("an operation's first status waits a progress interval, unless there is more to say", func() {
+		t := GinkgoTB()
+		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		type step struct {
+			at    time.Duration
+			phase itemopsv1alpha1.OperationPhase // as stored after the reconcile at
+		}
+		for _, tc := range []struct {
+			name   string
+			plugin plugin.Client
+			steps  []step
+			writes int
+		}{
+			{"runs 50s", nil, []step{{0, ""}, {10 * time.Second, ""}, {20 * time.Second, ""},
+				{30 * time.Second, itemopsv1alpha1.OperationPhaseInProgress}, {40 * time.Second, itemopsv1alpha1.OperationPhaseInProgress},
+				{50 * time.Second, itemopsv1alpha1.OperationPhaseCompleted}}, 2},
+			{"runs 20s", nil, []step{{0, ""}, {10 * time.Second, ""}, {20 * time.Second, itemopsv1alpha1.OperationPhaseCompleted}}, 1},
+			{"plugin not installed", &unreachablePlugin{err: &plugin.Error{Kind: plugin.ErrPluginNotFound, Plugin: "example.io/p",
+				Call: "Progress", Err: errors.New("no binary registers it")}}, []step{{0, itemopsv1alpha1.OperationPhaseNew}}, 1},
+		} {
+			clock := clocktesting.NewFakeClock(start)
+			scripted := &scriptedPlugin{clock: clock, started: start, total: 50_000}
+			if tc.name == "runs 20s" {
+				scripted.total = 20_000
+			}
+			var p plugin.Client = scripted
+			if tc.plugin != nil {
+				p = tc.plugin
+			}
+			c, op := oneWaitingOperation(t, "example.io/p", "id")
+			op.CreationTimestamp = metav1.NewTime(start)
+			writes := 0
+			c = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+				SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+					writes++
+					return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				},
+			})
+			ctx := context.Background()
+			// The object as the API server holds it: created at start.
+			stored := &itemopsv1alpha1.ItemOperation{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(op), stored); err != nil {
+				t.Fatal(err)
+			}
+			stored.CreationTimestamp = metav1.NewTime(start)
+			if err := c.Update(ctx, stored); err != nil {
+				t.Fatal(err)
+			}
+			r := &ItemOperationReconciler{Client: c, Plugins: p, Recorder: record.NewFakeRecorder(100), Clock: clock,
+				SyncFrequency: 10 * time.Second, ProgressUpdateInterval: 30 * time.Second, StallAfter: time.Hour, MaxProgressFailures: 3}
+			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
+			for _, s := range tc.steps {
+				clock.SetTime(start.Add(s.at))
+				if _, err := r.Reconcile(ctx, req); err != nil {
+					t.Fatal(err)
+				}
+				got := &itemopsv1alpha1.ItemOperation{}
+				if err := c.Get(ctx, req.NamespacedName, got); err != nil {
+					t.Fatal(err)
+				}
+				if got.Status.Phase != s.phase {
+					t.Errorf("%s: at %s the stored phase is %q, want %q", tc.name, s.at, got.Status.Phase, s.phase)
+				}
+			}
+			if writes != tc.writes {
+				t.Errorf("%s: %d status writes, want %d", tc.name, writes, tc.writes)
+			}
 		}
 	})
 

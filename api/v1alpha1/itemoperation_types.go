@@ -291,8 +291,10 @@ type ItemOperationSpec struct {
 
 // ItemOperationStatus is what itemops last learned about the operation.
 type ItemOperationStatus struct {
-	// Phase is New, InProgress, Completed, Failed or Canceled.
+	// Phase is New, InProgress, Completed, Failed or Canceled. An
+	// operation itemops has not written a status for yet reads as New.
 	// +optional
+	// +kubebuilder:default=New
 	Phase OperationPhase `json:"phase,omitempty"`
 
 	// NCompleted is the amount of work done, in operationUnits.
@@ -392,6 +394,7 @@ type ItemOperation struct {
 	Spec ItemOperationSpec `json:"spec"`
 
 	// +optional
+	// +kubebuilder:default={}
 	Status ItemOperationStatus `json:"status,omitempty"`
 }
 

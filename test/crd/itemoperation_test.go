@@ -369,7 +369,8 @@ var _ = Describe("The ItemOperation CRD", func() {
 		g.Expect(env.Client.Update(ctx, op)).To(Succeed())
 		got := &itemopsv1alpha1.ItemOperation{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(op), got)).To(Succeed())
-		g.Expect(got.Status.Phase).To(BeEmpty())
+		g.Expect(got.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseNew), "no status written yet reads as New (the CRD's default)")
+		g.Expect(got.Status.Created).To(BeNil())
 
 		// ...and a spec written through the status subresource is dropped.
 		got.Status.Phase = itemopsv1alpha1.OperationPhaseInProgress

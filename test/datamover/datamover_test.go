@@ -87,11 +87,7 @@ func startVelero(t testing.TB, extra ...string) *proc.Process {
 		t.Fatal(err)
 	}
 	t.Cleanup(unlock) // after the server stopped: cleanups run last first
-	cmd, err := velero.ServerCommand(append([]string{"--features=EnableCSI"}, extra...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := proc.Start(t, "velero server", cmd)
+	p := velero.StartServer(t, append([]string{"--features=EnableCSI"}, extra...)...)
 	if err := veleroenv.WaitForLocation(context.Background(), env.Client); err != nil {
 		t.Fatal(err)
 	}

@@ -112,11 +112,7 @@ func startVelero(t testing.TB, extra ...string) *proc.Process {
 		t.Fatal(err)
 	}
 	t.Cleanup(unlock) // after the server stopped: cleanups run last first
-	cmd, err := velero.ServerCommand(extra...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return proc.Start(t, "velero server", cmd)
+	return velero.StartServer(t, extra...)
 }
 
 // startItemops runs the itemops binary in mode.

@@ -27,11 +27,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -42,6 +45,7 @@ import (
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/proc"
 	"github.com/itemops/itemops/test/s3"
 )
 
@@ -201,6 +205,56 @@ func (e *Env) ServerCommand(extra ...string) (*exec.Cmd, error) {
 	cmd.Env = append(os.Environ(), "VELERO_NAMESPACE="+envtest.VeleroNamespace)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd, nil
+}
+
+// StartServer runs `velero server` (ServerCommand) until the end of t and
+// waits until it serves its metrics. Its ports are free when chosen, but
+// another program may take one before Velero binds it, and Velero then exits
+// at once: it is started again on other ports, up to three times.
+func (e *Env) StartServer(t testing.TB, extra ...string) *proc.Process {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		cmd, err := e.ServerCommand(extra...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := proc.Start(t, "velero server", cmd)
+		err = waitServing(p, flagValue(cmd.Args, "--metrics-address"))
+		if err == nil {
+			return p
+		}
+		if !strings.Contains(p.Output.String(), "address already in use") || attempt == 3 {
+			t.Fatalf("velero server: %v", err)
+		}
+		p.Stop(syscall.SIGKILL)
+	}
+}
+
+// waitServing waits until the server answers on its metrics address, or
+// says why it exited.
+func waitServing(p *proc.Process, metrics string) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if strings.Contains(p.Output.String(), "level=fatal") {
+			return fmt.Errorf("it exited: %s", proc.Tail(p.Output.String(), 1))
+		}
+		if resp, err := http.Get("http://" + metrics + "/metrics"); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("no metrics on %s after a minute", metrics)
+}
+
+// flagValue returns the argument after flag.
+func flagValue(args []string, flag string) string {
+	if i := slices.Index(args, flag); i >= 0 && i+1 < len(args) {
+		return args[i+1]
+	}
+	return ""
 }
 
 // WaitForLocation waits until Velero finds the bucket usable.
