@@ -174,8 +174,9 @@ func main() {
 		Store:  objectStorage,
 		Manage: opts.Mode == options.ModeManage,
 		Clock:  clock.RealClock{},
-		// Velero's own controller updates a parent's counters once per sync.
-		CounterInterval:         opts.SyncFrequency,
+		// A parent's completed count is progress: written at most once per
+		// progress interval (see docs/controllers.md).
+		CounterInterval:         opts.ProgressUpdateInterval,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 	}
 	backups := controllers.NewBackupReconciler(mgr.GetClient(), recorder, parentOpts)
