@@ -73,13 +73,39 @@ lane() { # name command...
 ((${#parallel[@]})) && lane parallel "${ginkgo[@]}" "${flags[@]}" --procs=2 "${parallel[@]}"
 ((${#plain[@]})) && lane plain "${gotest[@]}" "${plain[@]}"
 
-status=0
+codes=()
 for i in "${!pids[@]}"; do
   code=0
   wait "${pids[$i]}" || code=$?
-  echo "=== ${names[$i]} lane (exit $code)"
-  cat "$logs/${names[$i]}"
-  ((code == 0)) || status=1
+  codes+=("$code")
 done
+
+# The lanes that passed print first, so that the output ends with what failed.
+status=0
+for want in pass fail; do
+  for i in "${!pids[@]}"; do
+    code="${codes[$i]}"
+    if [[ "$want" == pass && "$code" != 0 ]] || [[ "$want" == fail && "$code" == 0 ]]; then
+      continue
+    fi
+    echo "=== ${names[$i]} lane (exit $code)"
+    cat "$logs/${names[$i]}"
+    ((code == 0)) || status=1
+  done
+done
+
+# Each failure once more, without colours, as the last thing printed: a
+# Ginkgo spec's failure block, or a go test failure line.
+if ((status != 0)); then
+  echo "=== failures"
+  for i in "${!pids[@]}"; do
+    [[ "${codes[$i]}" == 0 ]] && continue
+    sed 's/\x1b\[[0-9;]*m//g' "$logs/${names[$i]}" | awk -v lane="${names[$i]}" '
+      /^• \[(FAILED|PANICKED|TIMEDOUT|INTERRUPTED)\]/ { block = 1; lines = 0; print "--- " lane " lane" }
+      block && /^------------------------------/ { block = 0; next }
+      block && lines++ < 60 { print }
+      /^(--- FAIL|FAIL\t|panic:)/ { print lane ": " $0 }'
+  done
+fi
 echo "JUnit reports: $ARTIFACTS/*_junit.xml"
 exit "$status"

@@ -85,8 +85,18 @@ func Read(ctx context.Context, c client.Reader, p Parent) (Snapshot, error) {
 // the start and after every change the API server reports, until ctx ends
 // or the watch fails (for example when the identity may not watch them).
 // Changes that come faster than snapshots are read are merged.
+//
+// The parent and its operations arrive on two watches that keep no order
+// between them, so the change that ends the parent can arrive before the
+// last changes of its operations. A snapshot whose parent has ended is
+// therefore read again from the API server itself: the last snapshot holds
+// every operation change written before the parent ended.
 func Watch(ctx context.Context, cfg *rest.Config, p Parent, snapshots chan<- Snapshot) error {
 	parent, err := newParent(p.Kind)
+	if err != nil {
+		return err
+	}
+	live, err := client.New(cfg, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return err
 	}
@@ -147,7 +157,7 @@ func Watch(ctx context.Context, cfg *rest.Config, p Parent, snapshots chan<- Sna
 			return watchEnd(ctx)
 		case <-changed:
 		}
-		s, err := Read(ctx, c, p)
+		s, err := readSettled(ctx, c, live, p)
 		if err != nil {
 			return err
 		}
@@ -157,6 +167,19 @@ func Watch(ctx context.Context, cfg *rest.Config, p Parent, snapshots chan<- Sna
 			return watchEnd(ctx)
 		}
 	}
+}
+
+// readSettled is a snapshot read from cached, or from live when the cached
+// parent has ended, so that an ending snapshot misses no operation change.
+func readSettled(ctx context.Context, cached, live client.Reader, p Parent) (Snapshot, error) {
+	s, err := Read(ctx, cached, p)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if _, ended := Ended(s); !ended {
+		return s, nil
+	}
+	return Read(ctx, live, p)
 }
 
 // watchEnd is why the watch stopped: nil when its caller ended it.
