@@ -57,8 +57,11 @@ func main() {
 	measure := flag.Bool("capacity", true, "first measure the status writes per second the API server takes alone")
 	out := flag.String("out", "", "results directory (default test/bench/results in the checkout)")
 	extra := flag.String("itemops-args", "", "more itemops flags, space separated")
+	restart := flag.Bool("restart", true, "also measure, for every size, how long after a kill -9 with every operation in flight each one is polled again")
 	shape := flag.String("shape", sim.ShapeConstant, `the sample plugin's progress: "" at a constant rate, "real" wandering ±50%, with pauses of 5-30 s and a final burst`)
 	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	ctrl.SetLogger(logr.Discard())
 
 	root, err := envtest.RepoRoot()
@@ -81,6 +84,7 @@ func main() {
 		variants = append(variants, etaPolling)
 	}
 	var results []*result
+	var restarts []*restartResult
 	for _, s := range strings.Split(*sizes, ",") {
 		if strings.TrimSpace(s) == "" {
 			continue // -ops= runs none
@@ -89,15 +93,27 @@ func main() {
 		if err != nil || n < *parents {
 			fail(fmt.Errorf("-ops: %q is not a number of operations of at least -parents (%d)", s, *parents))
 		}
+		short, long := durations(n, *minDuration, *maxDuration, set["min-duration"] || set["max-duration"])
 		for _, v := range variants {
 			cfg := config{ops: n, parents: *parents, sync: *sync, update: *update, polling: v, shape: *shape,
-				minDuration: *minDuration, maxDuration: *maxDuration, extraArgs: append(v.args(), strings.Fields(*extra)...)}
+				minDuration: short, maxDuration: long, extraArgs: append(v.args(), strings.Fields(*extra)...)}
 			fmt.Fprintf(os.Stderr, "bench: %d operations over %d Backups, sync %s, %s polling\n", n, *parents, *sync, v)
 			r, err := run(context.Background(), root, cfg)
 			if err != nil {
 				fail(err)
 			}
 			results = append(results, r)
+			fmt.Fprintln(os.Stderr, r.summary())
+		}
+		if *restart {
+			cfg := config{ops: n, parents: *parents, sync: *sync, update: *update, polling: regularPolling,
+				extraArgs: append(regularPolling.args(), strings.Fields(*extra)...)}
+			fmt.Fprintf(os.Stderr, "bench: %d operations over %d Backups, kill -9 and restart\n", n, *parents)
+			r, err := restartRun(context.Background(), root, cfg)
+			if err != nil {
+				fail(err)
+			}
+			restarts = append(restarts, r)
 			fmt.Fprintln(os.Stderr, r.summary())
 		}
 	}
@@ -109,10 +125,22 @@ func main() {
 			fail(err)
 		}
 	}
-	if err := write(*out, capa, results, sides); err != nil {
+	if err := write(*out, capa, results, restarts, sides); err != nil {
 		fail(err)
 	}
 	fmt.Fprintf(os.Stderr, "bench: results in %s\n", *out)
+}
+
+// durations are the shortest and longest operation of a run of n
+// operations. Unless they were given, they grow with the size beyond 10,000
+// operations (20 s to 80 s for every 10,000), so that every operation is
+// still running once the first round of polls has reached them all.
+func durations(n int, short, long time.Duration, given bool) (time.Duration, time.Duration) {
+	if given || n <= 10000 {
+		return short, long
+	}
+	scale := float64(n) / 10000
+	return time.Duration(float64(short) * scale), time.Duration(float64(long) * scale)
 }
 
 // variant is how itemops polls in a run.

@@ -18,6 +18,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -26,6 +27,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // plots draws the latency CDFs and the Progress calls per second.
@@ -51,6 +54,9 @@ func plots(dir string, results []*result, sides []*sideRun) error {
 			"calls / s", false, series...); err != nil {
 			return err
 		}
+	}
+	if err := costPlot(dir, results); err != nil {
+		return err
 	}
 	if len(sides) > 0 {
 		var series []any
@@ -92,4 +98,79 @@ func save(dir, name, title, x, y string, logX bool, series ...any) error {
 		return fmt.Errorf("saving %s: %w", name, err)
 	}
 	return nil
+}
+
+// costPlot draws, when runs of regular polling at two sizes or more were
+// made, what one replica spends against the number of operations:
+// Progress calls a second made and needed, operator CPU per call, peak RSS
+// and API writes per operation.
+func costPlot(dir string, results []*result) error {
+	var runs []*result
+	for _, r := range results {
+		if r.cfg.polling == regularPolling {
+			runs = append(runs, r)
+		}
+	}
+	if len(runs) < 2 {
+		return nil
+	}
+	slices.SortFunc(runs, func(a, b *result) int { return a.cfg.ops - b.cfg.ops })
+	line := func(y func(*result) float64) plotter.XYs {
+		xy := make(plotter.XYs, len(runs))
+		for i, r := range runs {
+			xy[i] = plotter.XY{X: float64(r.cfg.ops), Y: y(r)}
+		}
+		return xy
+	}
+	tile := func(title, y string, series ...any) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, "operations (log scale)", y
+		p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+		p.Add(plotter.NewGrid())
+		p.Legend.Top, p.Legend.Left = true, true
+		return p, plotutil.AddLinePoints(p, series...)
+	}
+	calls, err := tile("Progress calls a second, all operations running", "calls / s",
+		"made", line(func(r *result) float64 { return r.callsPerSecond }),
+		"needed (every operation once per interval)", line(func(r *result) float64 { return float64(r.cfg.ops) / r.cfg.sync.Seconds() }))
+	if err != nil {
+		return err
+	}
+	cpu, err := tile("Operator CPU per Progress call", "ms",
+		"itemops", line(func(r *result) float64 { return 1000 * r.cpuSeconds / max(float64(r.calls), 1) }),
+		"sample plugin", line(func(r *result) float64 { return 1000 * r.pluginCPU / max(float64(r.calls), 1) }))
+	if err != nil {
+		return err
+	}
+	rss, err := tile("Operator peak RSS", "MiB",
+		"itemops", line(func(r *result) float64 { return float64(r.peakRSS) / (1 << 20) }))
+	if err != nil {
+		return err
+	}
+	writes, err := tile("API writes per operation", "writes",
+		"all, creation included", line(func(r *result) float64 { return r.writesPerOp + 1 }),
+		"status", line(func(r *result) float64 { return r.writes["itemoperations/status"] / float64(r.cfg.ops) }))
+	if err != nil {
+		return err
+	}
+	img := vgimg.New(12*vg.Inch, 8*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 2, Cols: 2, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	grid := [][]*plot.Plot{{calls, cpu}, {rss, writes}}
+	canvases := plot.Align(grid, tiles, dc)
+	for i := range grid {
+		for j := range grid[i] {
+			grid[i][j].Draw(canvases[i][j])
+		}
+	}
+	f, err := os.Create(filepath.Join(dir, "cost-against-size.png"))
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("saving cost-against-size.png: %w", err)
+	}
+	return f.Close()
 }

@@ -252,7 +252,7 @@ func (r *result) runName() string {
 
 // write puts the results in dir: results.md, results.csv, the Progress
 // calls per second of every run, the side-by-side figures and the plots.
-func write(dir string, capa *capacity, results []*result, sides []*sideRun) error {
+func write(dir string, capa *capacity, results []*result, restarts []*restartResult, sides []*sideRun) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -263,16 +263,15 @@ func write(dir string, capa *capacity, results []*result, sides []*sideRun) erro
 		fmt.Fprintf(&md, "The API server of this machine (envtest's kube-apiserver and etcd, nothing else running) takes %.0f ItemOperation status writes a second from %d writers: "+
 			"every run below shares the same cores with it.\n\n", capa.statusPerSecond, capa.writers)
 	}
-	writeTargets(&md, targets(results, sides))
+	writeTargets(&md, targets(results, restarts, sides))
 	if len(results) > 0 {
 		fmt.Fprintf(&md, "## itemops at scale\n\nA real kube-apiserver and etcd (envtest), the itemops binary in manage mode, and the sample plugin in its fast mode; ")
-		fmt.Fprintf(&md, "operations of %s to %s spread over the Backups, all started when itemops starts.\n\n",
-			results[0].cfg.minDuration, results[0].cfg.maxDuration)
-		md.WriteString("| operations | Backups | sync | polling | Progress calls/s (all running) | polled within the interval | first poll p99 / max | detection p50 / p99 / max | parent latency p50 / p99 / max | API writes / operation | operator CPU | operator peak RSS | plugin CPU / peak RSS | plugin launches | Progress calls / operation |\n")
-		md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		md.WriteString("operations of the durations given spread over the Backups, all started when itemops starts.\n\n")
+		md.WriteString("| operations | durations | Backups | sync | polling | Progress calls/s (all running) | polled within the interval | first poll p99 / max | detection p50 / p99 / max | parent latency p50 / p99 / max | API writes / operation | operator CPU | operator peak RSS | plugin CPU / peak RSS | plugin launches | Progress calls / operation |\n")
+		md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range results {
-			fmt.Fprintf(&md, "| %d | %d | %s | %s | %.0f | %.2f%% | %s / %s | %s / %s / %s | %s / %s / %s | %.2f | %.1f s | %s | %.1f s / %s | %d | %.1f |\n",
-				r.cfg.ops, r.cfg.parents, r.cfg.sync, r.cfg.polling, r.callsPerSecond, 100*r.polledShare, round(r.firstPollP99), round(r.firstPollMax),
+			fmt.Fprintf(&md, "| %d | %s–%s | %d | %s | %s | %.0f | %.2f%% | %s / %s | %s / %s / %s | %s / %s / %s | %.2f | %.1f s | %s | %.1f s / %s | %d | %.1f |\n",
+				r.cfg.ops, r.cfg.minDuration, r.cfg.maxDuration, r.cfg.parents, r.cfg.sync, r.cfg.polling, r.callsPerSecond, 100*r.polledShare, round(r.firstPollP99), round(r.firstPollMax),
 				round(r.detectionP50), round(r.detectionP99), round(r.detectionMax),
 				round(r.parentP50), round(r.parentP99), round(r.parentMax),
 				r.writesPerOp, r.cpuSeconds, mib(r.peakRSS), r.pluginCPU, mib(r.peakPluginRSS), r.launches, r.pollsPerOp)
@@ -285,7 +284,9 @@ func write(dir string, capa *capacity, results []*result, sides []*sideRun) erro
 			}
 		}
 		md.WriteString("\n![detection latency](detection-latency-cdf.png)\n\n![Progress calls per second](progress-calls-per-second.png)\n")
+		writeCost(&md, results)
 	}
+	writeRestarts(&md, restarts)
 	if len(sides) == 2 {
 		writeSideBySide(&md, sides)
 	}
@@ -306,6 +307,46 @@ func write(dir string, capa *capacity, results []*result, sides []*sideRun) erro
 		}
 	}
 	return plots(dir, results, sides)
+}
+
+// writeCost adds what one replica spends against the number of operations,
+// from the runs of regular polling, when there are two sizes or more.
+func writeCost(md *strings.Builder, results []*result) {
+	var runs []*result
+	for _, r := range results {
+		if r.cfg.polling == regularPolling {
+			runs = append(runs, r)
+		}
+	}
+	if len(runs) < 2 {
+		return
+	}
+	md.WriteString("\n## Cost against size\n\nRegular polling. The API server and etcd share the two cores: a size whose calls made fall short of those needed is the size where they, itemops and the plugin together run out of CPU.\n\n")
+	md.WriteString("| operations | Progress calls/s made / needed | itemops CPU per call | plugin CPU per call | itemops peak RSS (per operation) | API writes / operation |\n|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		calls := max(float64(r.calls), 1)
+		fmt.Fprintf(md, "| %d | %.0f / %.0f | %.2f ms | %.2f ms | %s (%.1f KiB) | %.2f |\n", r.cfg.ops, r.callsPerSecond, float64(r.cfg.ops)/r.cfg.sync.Seconds(),
+			1000*r.cpuSeconds/calls, 1000*r.pluginCPU/calls, mib(r.peakRSS), float64(r.peakRSS)/1024/float64(r.cfg.ops), r.writesPerOp+1)
+	}
+	md.WriteString("\n![cost against size](cost-against-size.png)\n")
+}
+
+// writeRestarts adds the kill -9 runs to results.md.
+func writeRestarts(md *strings.Builder, restarts []*restartResult) {
+	if len(restarts) == 0 {
+		return
+	}
+	md.WriteString("## A kill -9 with every operation in flight\n\n")
+	md.WriteString("Operations that outlast the run, itemops with leader election as the chart deploys it. Once every operation has been polled, and one sync interval more, " +
+		"itemops and its plugin processes get SIGKILL (nothing is released: not the Lease, not the plugin connections), and itemops starts again at once. " +
+		"Re-poll: from the kill to each operation's first Progress call by the new process; it includes the wait for the killed process's Lease to expire " +
+		"(15 s), the start, plugin discovery and the initial list.\n\n")
+	md.WriteString("| operations | every operation polled once after the first start | re-poll p50 / p99 / max | not polled again |\n|---|---|---|---|\n")
+	for _, r := range restarts {
+		p50, p99, maximum := percentiles(r.repoll)
+		fmt.Fprintf(md, "| %d | %s | %s / %s / %s | %d |\n", r.cfg.ops, round(r.firstRound), round(p50), round(p99), round(maximum), r.notAgain)
+	}
+	md.WriteString("\n")
 }
 
 func byResource(writes map[string]float64) string {

@@ -77,73 +77,100 @@ type sample struct {
 	pluginProcs int
 }
 
-func run(ctx context.Context, root string, cfg config) (*result, error) {
-	work, err := os.MkdirTemp("", "itemops-bench-")
-	if err != nil {
+// harness is what one run starts: a real API server (envtest), the itemops
+// binary and the sample plugin built from this checkout, and a work
+// directory for the plugin's state and logs.
+type harness struct {
+	work, binary, pluginDir, kubeconfig string
+	stateDir, pollLog, launchLog        string
+	env                                 *envtest.Environment
+	// fast reaches the API server without client-side throttling, for the
+	// bench's own requests.
+	fast *rest.Config
+	c    client.WithWatch
+}
+
+func newHarness(root string) (_ *harness, err error) {
+	h := &harness{}
+	if h.work, err = os.MkdirTemp("", "itemops-bench-"); err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
-	binary := filepath.Join(work, "itemops")
-	build := exec.Command("go", "build", "-o", binary, ".")
+	defer func() {
+		if err != nil {
+			h.close()
+		}
+	}()
+	h.binary = filepath.Join(h.work, "itemops")
+	build := exec.Command("go", "build", "-o", h.binary, ".")
 	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return nil, fmt.Errorf("building itemops: %w", err)
 	}
-	pluginDir := filepath.Join(work, "plugins")
-	if err := envtest.BuildSamplePlugins(pluginDir, "sample"); err != nil {
+	h.pluginDir = filepath.Join(h.work, "plugins")
+	if err := envtest.BuildSamplePlugins(h.pluginDir, "sample"); err != nil {
 		return nil, err
 	}
+	if h.env, err = envtest.Start(); err != nil {
+		return nil, err
+	}
+	h.fast = rest.CopyConfig(h.env.Config)
+	h.fast.QPS, h.fast.Burst = 5000, 10000
+	if h.c, err = client.NewWithWatch(h.fast, client.Options{Scheme: h.env.Scheme}); err != nil {
+		return nil, err
+	}
+	kubeconfig, err := h.env.Kubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	h.kubeconfig = filepath.Join(h.work, "kubeconfig")
+	if err := os.WriteFile(h.kubeconfig, kubeconfig, 0o600); err != nil {
+		return nil, err
+	}
+	h.stateDir = filepath.Join(h.work, "state")
+	h.pollLog = filepath.Join(h.work, "polls.log")
+	h.launchLog = filepath.Join(h.work, "launches.log")
+	return h, nil
+}
 
-	env, err := envtest.Start()
-	if err != nil {
-		return nil, err
+func (h *harness) close() {
+	if h.env != nil {
+		_ = h.env.Stop()
 	}
-	defer func() { _ = env.Stop() }()
-	fast := rest.CopyConfig(env.Config)
-	fast.QPS, fast.Burst = 5000, 10000
-	c, err := client.NewWithWatch(fast, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		return nil, err
-	}
-	kubeconfig, err := env.Kubeconfig()
-	if err != nil {
-		return nil, err
-	}
-	kubeconfigPath := filepath.Join(work, "kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
-		return nil, err
-	}
+	_ = os.RemoveAll(h.work)
+}
 
-	// The operations exist before itemops starts, and their transfers all
-	// start when it does, so that every write the API server counts from
-	// then on is itemops'.
-	ops, backups, err := createOperations(ctx, c, cfg)
+// startTransfers writes the sample plugin's state of every operation, its
+// transfer starting at t0, and sets each operation's plugin-side completion.
+func (h *harness) startTransfers(ops []operation, shape string, t0 time.Time) error {
+	store, err := storeIn(h.stateDir)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	stateDir := filepath.Join(work, "state")
-	pollLog := filepath.Join(work, "polls.log")
-	launchLog := filepath.Join(work, "launches.log")
-	store, err := storeIn(stateDir)
-	if err != nil {
-		return nil, err
-	}
-	writesBefore, err := apiWrites(ctx, fast)
-	if err != nil {
-		return nil, err
-	}
-	t0 := time.Now()
 	for i := range ops {
 		d := ops[i].completes.Sub(time.Time{})
 		size := int64(d / time.Millisecond) // 1 KiB per ms at 1 MiB/s: the size is the duration
 		st := sim.NewState(ops[i].id, "upload", ops[i].id, size<<10, 1<<20, t0)
-		st.Shape = cfg.shape
+		st.Shape = shape
 		if err := store.Put(st); err != nil {
-			return nil, err
+			return err
 		}
 		ops[i].completes = st.CompletesAt()
 	}
+	return nil
+}
 
+// itemops is one itemops process of a run.
+type itemops struct {
+	cmd         *exec.Cmd
+	metricsAddr string
+	log         *os.File
+}
+
+// startItemops starts the itemops binary in manage mode with the sample
+// plugin in its fast mode, in a process group of its own with the plugin
+// processes it starts, as a container holds them. Its log is appended to
+// itemops.log.
+func (h *harness) startItemops(cfg config, extra ...string) (*itemops, error) {
 	metricsAddr, err := freeAddress()
 	if err != nil {
 		return nil, err
@@ -152,37 +179,82 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"--kubeconfig=" + kubeconfigPath, "--mode=manage", "--velero-namespace=" + envtest.VeleroNamespace,
-		"--plugin-dir=" + pluginDir, "--sync-frequency=" + cfg.sync.String(), "--progress-update-interval=" + cfg.update.String(),
+	args := []string{"--kubeconfig=" + h.kubeconfig, "--mode=manage", "--velero-namespace=" + envtest.VeleroNamespace,
+		"--plugin-dir=" + h.pluginDir, "--sync-frequency=" + cfg.sync.String(), "--progress-update-interval=" + cfg.update.String(),
 		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probes,
-		"--credentials-dir=" + filepath.Join(work, "credentials"), "--zap-log-level=error"}, cfg.extraArgs...)
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), sim.EnvStateDir+"="+stateDir, sim.EnvFast+"=true",
-		sim.EnvPollLog+"="+pollLog, sim.EnvLaunchLog+"="+launchLog)
-	logFile, err := os.Create(filepath.Join(work, "itemops.log"))
+		"--credentials-dir=" + filepath.Join(h.work, "credentials"), "--zap-log-level=error"}
+	args = append(append(args, cfg.extraArgs...), extra...)
+	cmd := exec.Command(h.binary, args...)
+	cmd.Env = append(os.Environ(), sim.EnvStateDir+"="+h.stateDir, sim.EnvFast+"=true",
+		sim.EnvPollLog+"="+h.pollLog, sim.EnvLaunchLog+"="+h.launchLog)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	log, err := os.OpenFile(filepath.Join(h.work, "itemops.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	defer logFile.Close()
-	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
+		log.Close()
 		return nil, err
 	}
-	defer func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_, _ = cmd.Process.Wait()
-		}
-	}()
+	return &itemops{cmd: cmd, metricsAddr: metricsAddr, log: log}, nil
+}
 
-	finalized := watchFinalizing(ctx, c, backups)
+// stop ends itemops with SIGTERM, as a rollout does, and waits for it.
+func (p *itemops) stop() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.cmd.Wait()
+	}
+	p.log.Close()
+}
+
+// kill ends itemops and its plugin processes with SIGKILL, as a node that
+// dies or an OOM kill of its container does: nothing is released.
+func (p *itemops) kill() {
+	if p.cmd.ProcessState == nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		_ = p.cmd.Wait()
+	}
+	p.log.Close()
+}
+
+func run(ctx context.Context, root string, cfg config) (*result, error) {
+	h, err := newHarness(root)
+	if err != nil {
+		return nil, err
+	}
+	defer h.close()
+
+	// The operations exist before itemops starts, and their transfers all
+	// start when it does, so that every write the API server counts from
+	// then on is itemops'.
+	ops, backups, err := createOperations(ctx, h.c, cfg)
+	if err != nil {
+		return nil, err
+	}
+	writesBefore, err := apiWrites(ctx, h.fast)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := h.startTransfers(ops, cfg.shape, t0); err != nil {
+		return nil, err
+	}
+	p, err := h.startItemops(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer p.kill()
+
+	finalized := watchFinalizing(ctx, h.c, backups)
 	var samples []sample
 	deadline := t0.Add(cfg.maxDuration + 10*cfg.sync + 2*time.Minute)
 	var peakRSS, peakPluginRSS int64
 	var last sample
 	for {
 		time.Sleep(time.Second)
-		s := observe(cmd.Process.Pid, metricsAddr)
+		s := observe(p.cmd.Process.Pid, p.metricsAddr)
 		s.finalizing = finalized.count()
 		peakRSS = max(peakRSS, s.rssBytes)
 		peakPluginRSS = max(peakPluginRSS, s.pluginRSS)
@@ -192,19 +264,18 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 			break
 		}
 	}
-	hwm := highWaterMark(cmd.Process.Pid)
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	_ = cmd.Wait()
-	writesAfter, err := apiWrites(ctx, fast)
+	hwm := highWaterMark(p.cmd.Process.Pid)
+	p.stop()
+	writesAfter, err := apiWrites(ctx, h.fast)
 	if err != nil {
 		return nil, err
 	}
 
-	polls, err := readPolls(pollLog)
+	polls, err := readPolls(h.pollLog)
 	if err != nil {
 		return nil, err
 	}
-	launches, err := countLines(launchLog)
+	launches, err := countLines(h.launchLog)
 	if err != nil {
 		return nil, err
 	}
