@@ -394,7 +394,11 @@ var _ = Describe("Bad operation input", Label("envtest"), func() {
 
 				// No hot loop: over a second the operation is written at most
 				// twice, and polled at most as often as its interval allows.
+				// The window is the time between the two readings of the
+				// plugin's count, longer than the second watched on a busy
+				// machine; polls are at least 85% of the interval apart.
 				var before int
+				start := time.Now()
 				if row.upload != nil {
 					before = pluginState(t, id).ProgressCalls
 				}
@@ -402,7 +406,8 @@ var _ = Describe("Bad operation input", Label("envtest"), func() {
 				g.Expect(writes).To(BeNumerically("<=", 2), "status writes in a second")
 				if row.upload != nil {
 					polls := pluginState(t, id).ProgressCalls - before
-					g.Expect(polls).To(BeNumerically("<=", int(time.Second/testSync)+1), "Progress calls in a second")
+					window := time.Since(start)
+					g.Expect(polls).To(BeNumerically("<=", int(window/(testSync*85/100))+1), "Progress calls in %s", window)
 				}
 				if row.parentPhase != "" {
 					got := &velerov1api.Backup{}

@@ -133,6 +133,13 @@ func events(g Gomega, op *itemopsv1alpha1.ItemOperation) []string {
 	return reasons
 }
 
+// requestCancel sets spec.cancel, as a user does.
+func requestCancel(g Gomega, op *itemopsv1alpha1.ItemOperation) {
+	patch := client.MergeFrom(op.DeepCopy())
+	op.Spec.Cancel = true
+	g.Expect(env.Client.Patch(context.Background(), op, patch)).To(Succeed())
+}
+
 var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 	It("operation is polled to completion", func() {
 		t := GinkgoTB()
@@ -214,9 +221,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		op := newOperation(t, backup, "itemops.io/sample-datamover", id)
 		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
 
-		patch := client.MergeFrom(op.DeepCopy())
-		op.Spec.Cancel = true
-		g.Expect(env.Client.Patch(context.Background(), op, patch)).To(Succeed())
+		requestCancel(g, op)
 		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCanceled))
 		c := meta.FindStatusCondition(get(g, op).Status.Conditions, itemopsv1alpha1.ConditionCanceled)
 		g.Expect(c.Reason).To(Equal(itemopsv1alpha1.ReasonCancelRequested))
@@ -234,9 +239,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		op := newOperation(t, backup, "itemops.io/sample-datamover", id)
 		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
 
-		patch := client.MergeFrom(op.DeepCopy())
-		op.Spec.Cancel = true
-		g.Expect(env.Client.Patch(context.Background(), op, patch)).To(Succeed())
+		requestCancel(g, op)
 		// The process restarts at once after a first exit; the next attempt
 		// comes a second later.
 		g.Eventually(phaseOf(op), 20*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCanceled))
@@ -257,9 +260,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 			id := startUpload(t, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
 			op := newOperation(t, backup, "itemops.io/sample-datamover", id)
 			g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
-			patch := client.MergeFrom(op.DeepCopy())
-			op.Spec.Cancel = true
-			g.Expect(env.Client.Patch(context.Background(), op, patch)).To(Succeed())
+			requestCancel(g, op)
 			for i := range 20 {
 				b := backup.DeepCopy()
 				p := client.MergeFrom(b.DeepCopy())

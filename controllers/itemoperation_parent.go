@@ -56,14 +56,17 @@ func (r *ItemOperationReconciler) parent(ctx context.Context, op *itemopsv1alpha
 		state.backup = &velerov1api.Backup{}
 		obj = state.backup
 	}
-	if err := r.Client.Get(ctx, key, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			state.gone = true
-			return state, nil
-		}
+	found, err := readParent(ctx, r.Client, key, op.Spec.Parent.UID, obj)
+	if err == nil && !found && r.APIReader != nil {
+		// Cancel cannot be undone: before a missing parent cancels the
+		// operation, the API server itself confirms it. The cache may
+		// not have seen a parent created a moment before its operation.
+		found, err = readParent(ctx, r.APIReader, key, op.Spec.Parent.UID, obj)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("reading %s %s: %w", op.Spec.Parent.Kind, key.Name, err)
 	}
-	if string(obj.GetUID()) != op.Spec.Parent.UID {
+	if !found {
 		state.gone = true
 		return state, nil
 	}
@@ -87,6 +90,18 @@ func (r *ItemOperationReconciler) parent(ctx context.Context, op *itemopsv1alpha
 		}
 	}
 	return state, nil
+}
+
+// readParent reads the parent named key into obj with reader, and reports
+// whether it exists with the given UID.
+func readParent(ctx context.Context, reader client.Reader, key types.NamespacedName, uid string, obj client.Object) (bool, error) {
+	if err := reader.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	return string(obj.GetUID()) == uid, nil
 }
 
 // deletionRequested reports whether a DeleteBackupRequest made since the

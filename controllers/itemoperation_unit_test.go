@@ -675,4 +675,43 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 			}
 		}
 	})
+	It("a parent the cache has not seen yet is asked of the API server before the operation is cancelled", func() {
+		t := GinkgoTB()
+		for _, tc := range []struct {
+			name      string
+			apiServer bool // the API server holds the Backup
+			want      itemopsv1alpha1.OperationPhase
+		}{
+			{"created a moment before its operation", true, itemopsv1alpha1.OperationPhaseInProgress},
+			{"deleted", false, itemopsv1alpha1.OperationPhaseCanceled},
+		} {
+			clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			live, op := oneWaitingOperation(t, "velero.io/csi-pvc-backupper", "du-1")
+			op.CreationTimestamp = metav1.NewTime(clock.Now())
+			// The cache holds the operation, not its Backup.
+			cached := fake.NewClientBuilder().WithScheme(unitScheme(t)).WithObjects(op.DeepCopy()).WithStatusSubresource(op).Build()
+			if !tc.apiServer {
+				live = cached
+			}
+			plugin := &scriptedPlugin{clock: clock, started: clock.Now(), total: 3_600_000}
+			r := &ItemOperationReconciler{Client: cached, APIReader: live, Plugins: plugin, Recorder: record.NewFakeRecorder(100),
+				Clock: clock, SyncFrequency: 10 * time.Second, ProgressUpdateInterval: 30 * time.Second, StallAfter: time.Hour,
+				MaxProgressFailures: 3, MinPollInterval: time.Second}
+			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
+			if _, err := r.Reconcile(context.Background(), req); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			clock.Step(31 * time.Second) // past the deferral of the first status
+			if _, err := r.Reconcile(context.Background(), req); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			got := &itemopsv1alpha1.ItemOperation{}
+			if err := cached.Get(context.Background(), req.NamespacedName, got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Phase != tc.want {
+				t.Errorf("%s: phase %s, want %s (conditions %+v)", tc.name, got.Status.Phase, tc.want, got.Status.Conditions)
+			}
+		}
+	})
 })

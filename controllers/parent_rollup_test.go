@@ -62,14 +62,17 @@ var _ = Describe("Moving a parent on", Label("envtest"), func() {
 		fast := map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "2Mi"}
 		newOperation(t, b, "itemops.io/sample-datamover", startUpload(t, fast))
 		g.Consistently(func(g Gomega) velerov1api.BackupPhase { return backupStatus(b)(g).Phase }, 2*time.Second, 200*time.Millisecond).
-			Should(Equal(velerov1api.BackupPhaseWaitingForPluginOperations), "Velero attempted two operations; one is not known yet")
+			Should(Equal(velerov1api.BackupPhaseWaitingForPluginOperations),
+				func() string {
+					return "Velero attempted two operations; one is not known yet\n" + env.DescribeBackup(context.Background(), b)
+				})
 		newOperation(t, b, "itemops.io/sample-datamover", startUpload(t, fast))
 		g.Eventually(backupStatus(b), 10*time.Second, 100*time.Millisecond).Should(And(
 			HaveField("Phase", velerov1api.BackupPhaseFinalizing),
 			HaveField("BackupItemOperationsAttempted", 2),
 			HaveField("BackupItemOperationsCompleted", 2),
 			HaveField("BackupItemOperationsFailed", 0),
-		))
+		), func() string { return env.DescribeBackup(context.Background(), b) })
 	})
 
 	It("failed operation makes the backup partially failed at once", func() {

@@ -132,7 +132,7 @@ var _ = Describe("itemops under faults", func() {
 				got := &velerov1api.Backup{}
 				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(b), got)).To(Succeed())
 				g.Expect(got.Status.Phase).To(BeElementOf(velerov1api.BackupPhaseFinalizing, velerov1api.BackupPhaseFinalizingPartiallyFailed),
-					func() string { return describeBackup(ctx, env, got) })
+					func() string { return env.DescribeBackup(ctx, got) })
 			}
 			ops := &itemopsv1alpha1.ItemOperationList{}
 			g.Expect(env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace))).To(Succeed())
@@ -173,28 +173,6 @@ var _ = Describe("itemops under faults", func() {
 		g.Expect(inv.failures()).To(BeEmpty())
 	})
 })
-
-// describeBackup tells, for a failure message, where a Backup stands and
-// every ItemOperation it has: what a stuck convergence needs to be understood.
-func describeBackup(ctx context.Context, env *envtest.Environment, b *velerov1api.Backup) string {
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "Backup %s is %s (attempted %d, completed %d, failed %d)\n", b.Name, b.Status.Phase,
-		b.Status.BackupItemOperationsAttempted, b.Status.BackupItemOperationsCompleted, b.Status.BackupItemOperationsFailed)
-	ops := &itemopsv1alpha1.ItemOperationList{}
-	if err := env.Client.List(ctx, ops, client.InNamespace(b.Namespace),
-		client.MatchingLabels{itemopsv1alpha1.LabelParentName: b.Name}); err != nil {
-		fmt.Fprintf(&sb, "listing its operations: %v\n", err)
-		return sb.String()
-	}
-	for _, op := range ops.Items {
-		fmt.Fprintf(&sb, "  %s %s deleting=%t error=%q failures=%d\n", op.Name, op.Status.Phase,
-			op.DeletionTimestamp != nil, op.Status.Error, op.Status.PollFailures)
-		for _, c := range op.Status.Conditions {
-			fmt.Fprintf(&sb, "    %s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
-		}
-	}
-	return sb.String()
-}
 
 // waitFor polls cond until it holds or timeout passes.
 func waitFor(timeout time.Duration, cond func() bool) {
