@@ -40,6 +40,7 @@ import (
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/controllers"
+	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/metrics"
 	"github.com/itemops/itemops/internal/options"
 	"github.com/itemops/itemops/internal/plugin"
@@ -75,7 +76,7 @@ func main() {
 		os.Exit(2)
 	}
 
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	ctrl.SetLogger(kube.DeferValues(zap.New(zap.UseFlagOptions(&zapOpts))))
 	log := ctrl.Log.WithName("setup")
 
 	scheme := runtime.NewScheme()
@@ -100,6 +101,9 @@ func main() {
 			DefaultNamespaces: map[string]cache.Config{opts.VeleroNamespace: {}},
 			DefaultTransform:  cache.TransformStripManagedFields(),
 		},
+		// Every read of the namespaced cache asks whether the kind is
+		// namespaced: answered once per kind (docs/controllers.md).
+		MapperProvider:          kube.NewDynamicMemoizedMapper,
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
 		PprofBindAddress:        opts.PprofBindAddress,

@@ -56,7 +56,9 @@ func (r *ItemOperationReconciler) parent(ctx context.Context, op *itemopsv1alpha
 		state.backup = &velerov1api.Backup{}
 		obj = state.backup
 	}
-	found, err := readParent(ctx, r.Client, key, op.Spec.Parent.UID, obj)
+	// Read only, and passed on to the plugin read only: not copied out of
+	// the cache, which every poll of every operation would otherwise do.
+	found, err := readParent(ctx, r.Client, key, op.Spec.Parent.UID, obj, client.UnsafeDisableDeepCopy)
 	if err == nil && !found && r.APIReader != nil {
 		// Cancel cannot be undone: before a missing parent cancels the
 		// operation, the API server itself confirms it. The cache may
@@ -94,8 +96,8 @@ func (r *ItemOperationReconciler) parent(ctx context.Context, op *itemopsv1alpha
 
 // readParent reads the parent named key into obj with reader, and reports
 // whether it exists with the given UID.
-func readParent(ctx context.Context, reader client.Reader, key types.NamespacedName, uid string, obj client.Object) (bool, error) {
-	if err := reader.Get(ctx, key, obj); err != nil {
+func readParent(ctx context.Context, reader client.Reader, key types.NamespacedName, uid string, obj client.Object, opts ...client.GetOption) (bool, error) {
+	if err := reader.Get(ctx, key, obj, opts...); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}

@@ -43,12 +43,13 @@ import (
 
 func main() {
 	sizes := flag.String("ops", "1000,10000", "numbers of operations to run, one run each")
-	parents := flag.Int("parents", 100, "Backups the operations are spread over")
+	parents := flag.Int("parents", 0, "Backups the operations are spread over (default: 100 operations each, at least 100 Backups)")
 	sync := flag.Duration("sync", 10*time.Second, "itemops --sync-frequency")
 	update := flag.Duration("update", 30*time.Second, "itemops --progress-update-interval")
 	minDuration := flag.Duration("min-duration", 20*time.Second, "shortest operation")
 	maxDuration := flag.Duration("max-duration", 80*time.Second, "longest operation")
-	eta := flag.Bool("eta", true, "run every size twice: with regular and with ETA-aware polling")
+	eta := flag.Bool("eta", true, "run sizes up to -eta-ops twice: with regular and with ETA-aware polling")
+	etaOps := flag.Int("eta-ops", 10000, "the largest size run with ETA-aware polling too")
 	side := flag.Bool("side-by-side", true, "also run real Velero Backups with Velero's controller, then with itemops")
 	sideBackups := flag.Int("side-backups", 100, "Backups of the side-by-side run")
 	sideOps := flag.Int("side-ops", 100, "operations per Backup of the side-by-side run")
@@ -90,14 +91,18 @@ func main() {
 			continue // -ops= runs none
 		}
 		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < *parents {
-			fail(fmt.Errorf("-ops: %q is not a number of operations of at least -parents (%d)", s, *parents))
+		backups := backupsFor(n, *parents)
+		if err != nil || n < backups {
+			fail(fmt.Errorf("-ops: %q is not a number of operations of at least -parents (%d)", s, backups))
 		}
 		short, long := durations(n, *minDuration, *maxDuration, set["min-duration"] || set["max-duration"])
 		for _, v := range variants {
-			cfg := config{ops: n, parents: *parents, sync: *sync, update: *update, polling: v, shape: *shape,
+			if v == etaPolling && n > *etaOps {
+				continue
+			}
+			cfg := config{ops: n, parents: backups, sync: *sync, update: *update, polling: v, shape: *shape,
 				minDuration: short, maxDuration: long, extraArgs: append(v.args(), strings.Fields(*extra)...)}
-			fmt.Fprintf(os.Stderr, "bench: %d operations over %d Backups, sync %s, %s polling\n", n, *parents, *sync, v)
+			fmt.Fprintf(os.Stderr, "bench: %d operations over %d Backups, sync %s, %s polling\n", n, backups, *sync, v)
 			r, err := run(context.Background(), root, cfg)
 			if err != nil {
 				fail(err)
@@ -106,9 +111,9 @@ func main() {
 			fmt.Fprintln(os.Stderr, r.summary())
 		}
 		if *restart {
-			cfg := config{ops: n, parents: *parents, sync: *sync, update: *update, polling: regularPolling,
+			cfg := config{ops: n, parents: backups, sync: *sync, update: *update, polling: regularPolling,
 				extraArgs: append(regularPolling.args(), strings.Fields(*extra)...)}
-			fmt.Fprintf(os.Stderr, "bench: %d operations over %d Backups, kill -9 and restart\n", n, *parents)
+			fmt.Fprintf(os.Stderr, "bench: %d operations over %d Backups, kill -9 and restart\n", n, backups)
 			r, err := restartRun(context.Background(), root, cfg)
 			if err != nil {
 				fail(err)
@@ -129,6 +134,16 @@ func main() {
 		fail(err)
 	}
 	fmt.Fprintf(os.Stderr, "bench: results in %s\n", *out)
+}
+
+// backupsFor is the number of Backups n operations are spread over: given,
+// or 100 operations each and at least 100 Backups, as a schedule backing up
+// many namespaces makes them.
+func backupsFor(n, given int) int {
+	if given > 0 {
+		return given
+	}
+	return max(100, n/100)
 }
 
 // durations are the shortest and longest operation of a run of n

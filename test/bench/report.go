@@ -144,14 +144,16 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 	r.parents = parents
 	r.duration = last.Sub(t0)
 
-	// Sustained rate: while every operation was still running.
-	var prev *sample
-	for i := range samples {
-		s := &samples[i]
-		if prev != nil {
-			r.callsPerSecondT = append(r.callsPerSecondT, (s.calls-prev.calls)/s.at.Sub(prev.at).Seconds())
+	// Calls in each second since t0, up to the last sample.
+	if len(samples) > 0 {
+		r.callsPerSecondT = make([]float64, int(samples[len(samples)-1].at.Sub(t0).Seconds())+1)
+		for _, ps := range polls {
+			for _, p := range ps {
+				if second := int(p.at.Sub(t0).Seconds()); second >= 0 && second < len(r.callsPerSecondT) {
+					r.callsPerSecondT[second]++
+				}
+			}
 		}
-		prev = s
 	}
 	// Sustained rate: from the first poll (itemops up) until the first
 	// operation completes, every operation is running and due.
@@ -263,7 +265,13 @@ func write(dir string, capa *capacity, results []*result, restarts []*restartRes
 		fmt.Fprintf(&md, "The API server of this machine (envtest's kube-apiserver and etcd, nothing else running) takes %.0f ItemOperation status writes a second from %d writers: "+
 			"every run below shares the same cores with it.\n\n", capa.statusPerSecond, capa.writers)
 	}
-	writeTargets(&md, targets(results, restarts, sides))
+	var sizes []int
+	for _, r := range results {
+		if r.cfg.polling == regularPolling {
+			sizes = append(sizes, r.cfg.ops)
+		}
+	}
+	writeTargets(&md, targets(results, restarts, sides), sizes)
 	if len(results) > 0 {
 		fmt.Fprintf(&md, "## itemops at scale\n\nA real kube-apiserver and etcd (envtest), the itemops binary in manage mode, and the sample plugin in its fast mode; ")
 		md.WriteString("operations of the durations given spread over the Backups, all started when itemops starts.\n\n")

@@ -39,8 +39,16 @@ func TestTargetsSayWhatIsMissedAndByHowMuch(t *testing.T) {
 	// after the kill.
 	restart := &restartResult{cfg: cfg, repoll: []time.Duration{20 * time.Second, 30 * time.Second, 75 * time.Second}, notAgain: 1}
 
+	// A smaller run that meets every target.
+	smallCfg := cfg
+	smallCfg.ops, smallCfg.polling = 1000, regularPolling
+	small := &result{cfg: smallCfg, waitMax: 9 * time.Second, detectionP99: 9 * time.Second, parentP99: 50 * time.Millisecond,
+		pollsPerOp: 7, calls: 7000, polledShare: 1, callsPerSecond: 150}
+	small.launches, small.peakRSS = 2, 60<<20
+	small.writes = map[string]float64{"itemoperations/status": 1200}
+
 	var md strings.Builder
-	writeTargets(&md, targets([]*result{regular, eta}, []*restartResult{restart}, nil))
+	writeTargets(&md, targets([]*result{small, regular, eta}, []*restartResult{restart}, nil), []int{1000, 10000})
 	got := md.String()
 	for _, want := range []string{
 		"| 10000 operations, regular polling: parent latency p99 | ≤ 1s | 1.5s | **no**: 500ms over |",
@@ -50,10 +58,15 @@ func TestTargetsSayWhatIsMissedAndByHowMuch(t *testing.T) {
 		"extra Progress calls per operation | ≤ 20% | +29% (9.0 against 7.0) | **no**: 9 points more |",
 		"| 10000 operations, ETA-aware polling: Progress calls per second, all operations running | ≥ 1000 (every operation once per 10s) | 900 | **no**: 100 short |",
 		"| 10000 operations: after a kill -9 with all in flight, every operation polled again | ≤ 1m0s | 1m15s (p99 1m15s), 1 not polled again | **no**: 1 operations not polled again |",
-		"5 of 17 targets missed",
+		"| 1000 operations, regular polling: operator peak RSS | ≤ 300 MiB | 60 MiB | yes |",
+		"5 of 24 targets missed",
+		"The largest size with every target met: 1000 operations.",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("targets lack %q:\n%s", want, got)
 		}
+	}
+	if rssLimit(100000) != 1<<30 || rssLimit(10000) != 300<<20 {
+		t.Errorf("peak RSS limits: %s at 10,000, %s at 100,000", mib(rssLimit(10000)), mib(rssLimit(100000)))
 	}
 }
