@@ -59,7 +59,9 @@ func main() {
 	out := flag.String("out", "", "results directory (default test/bench/results in the checkout)")
 	extra := flag.String("itemops-args", "", "more itemops flags, space separated")
 	restart := flag.Bool("restart", true, "also measure, for every size, how long after a kill -9 with every operation in flight each one is polled again")
-	shape := flag.String("shape", sim.ShapeConstant, `the sample plugin's progress: "" at a constant rate, "real" wandering ±50%, with pauses of 5-30 s and a final burst`)
+	shape := flag.String("shape", sim.ShapeReal, `the sample plugin's progress: "real" wandering ±50%, with pauses of 5-30 s and a final burst; "" at a constant rate`)
+	dataMover := flag.Int("datamover", 1000, "operations of Velero's CSI data mover (the velero binary's csi-pvc-backupper, node-agent played by a stand-in), run with regular and ETA-aware polling; 0 skips it")
+	dataMoverShape := flag.String("datamover-shape", sim.ShapeReal, "the shape of the data mover's uploads, as -shape")
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -122,6 +124,23 @@ func main() {
 			fmt.Fprintln(os.Stderr, r.summary())
 		}
 	}
+	var movers []*dataMoverResult
+	if *dataMover > 0 {
+		n := *dataMover
+		backups := backupsFor(n, *parents)
+		for _, v := range variants {
+			cfg := config{ops: n, parents: backups, sync: *sync, update: *update, polling: v, shape: *dataMoverShape,
+				minDuration: *minDuration, maxDuration: *maxDuration,
+				extraArgs: append(append(v.args(), dataMoverPluginArgs(n, *sync)), strings.Fields(*extra)...)}
+			fmt.Fprintf(os.Stderr, "bench: %d data-mover operations over %d Backups, sync %s, %s polling\n", n, backups, *sync, v)
+			r, err := dataMoverRun(context.Background(), root, cfg)
+			if err != nil {
+				fail(err)
+			}
+			movers = append(movers, r)
+			fmt.Fprintln(os.Stderr, r.summary())
+		}
+	}
 	var sides []*sideRun
 	if *side {
 		sides, err = sideBySide(context.Background(), root, sideConfig{backups: *sideBackups, perBackup: *sideOps, sync: *sync,
@@ -130,7 +149,7 @@ func main() {
 			fail(err)
 		}
 	}
-	if err := write(*out, capa, results, restarts, sides); err != nil {
+	if err := write(*out, capa, results, restarts, movers, sides); err != nil {
 		fail(err)
 	}
 	fmt.Fprintf(os.Stderr, "bench: results in %s\n", *out)
@@ -171,6 +190,17 @@ func (v variant) args() []string {
 		return []string{"--eta-polling=true"}
 	}
 	return []string{"--eta-polling=false"}
+}
+
+// dataMoverPluginArgs raises the API client limits of the velero plugin
+// process as an administrator with n data-mover operations raises velero
+// server's (--client-qps, --client-burst; itemops passes them on as
+// --plugin-args): each Progress call of the data mover is one list of
+// DataUploads, and Velero's default of 20 a second would let one process
+// poll 200 operations every 10 s.
+func dataMoverPluginArgs(n int, sync time.Duration) string {
+	qps := max(20, 2*int(float64(n)/sync.Seconds()))
+	return fmt.Sprintf("--plugin-args=--client-qps=%d --client-burst=%d", qps, 2*qps)
 }
 
 func fail(err error) {

@@ -254,7 +254,7 @@ func (r *result) runName() string {
 
 // write puts the results in dir: results.md, results.csv, the Progress
 // calls per second of every run, the side-by-side figures and the plots.
-func write(dir string, capa *capacity, results []*result, restarts []*restartResult, sides []*sideRun) error {
+func write(dir string, capa *capacity, results []*result, restarts []*restartResult, movers []*dataMoverResult, sides []*sideRun) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -271,7 +271,7 @@ func write(dir string, capa *capacity, results []*result, restarts []*restartRes
 			sizes = append(sizes, r.cfg.ops)
 		}
 	}
-	writeTargets(&md, targets(results, restarts, sides), sizes)
+	writeTargets(&md, append(targets(results, restarts, sides), dataMoverTargets(movers)...), sizes)
 	if len(results) > 0 {
 		fmt.Fprintf(&md, "## itemops at scale\n\nA real kube-apiserver and etcd (envtest), the itemops binary in manage mode, and the sample plugin in its fast mode; ")
 		md.WriteString("operations of the durations given spread over the Backups, all started when itemops starts.\n\n")
@@ -295,6 +295,7 @@ func write(dir string, capa *capacity, results []*result, restarts []*restartRes
 		writeCost(&md, results)
 	}
 	writeRestarts(&md, restarts)
+	writeDataMover(&md, movers)
 	if len(sides) == 2 {
 		writeSideBySide(&md, sides)
 	}
@@ -353,6 +354,40 @@ func writeRestarts(md *strings.Builder, restarts []*restartResult) {
 	for _, r := range restarts {
 		p50, p99, maximum := percentiles(r.repoll)
 		fmt.Fprintf(md, "| %d | %s | %s / %s / %s | %d |\n", r.cfg.ops, round(r.firstRound), round(p50), round(p99), round(maximum), r.notAgain)
+	}
+	md.WriteString("\n")
+}
+
+// writeDataMover adds the runs of Velero's CSI data mover to results.md.
+func writeDataMover(md *strings.Builder, movers []*dataMoverResult) {
+	if len(movers) == 0 {
+		return
+	}
+	md.WriteString("## Velero's CSI data mover\n\n")
+	md.WriteString("Operations of `velero.io/csi-pvc-backupper`, served by the velero binary (v1.18.3) in itemops' plugin directory, " +
+		"each a DataUpload running on node-agent: a stand-in moves each upload's bytes in the shape given and writes its progress " +
+		"as node-agent does, every 10 s, and Completed at the end. Each Progress call of the plugin lists the operation's DataUpload " +
+		"from the API server, so it reads progress up to 10 s old and ETA-aware polling estimates from that. " +
+		"The velero plugin records nothing of its calls: detection is from the stand-in's write of Completed to a watch seeing the " +
+		"ItemOperation end (its status write included), calls are itemops' own `itemops_progress_calls_total`, and the plugin " +
+		"process runs with `--client-qps`/`--client-burst` raised as `velero server`'s are for that many operations " +
+		"(Velero's default of 20 lists a second caps one process at 200 operations every 10 s).\n\n")
+	md.WriteString("| operations | durations | shape | Backups | sync | polling | Progress calls / operation | detection p50 / p99 / max | parent latency p50 / p99 | API writes / operation (the stand-in's left out) | operator CPU | velero plugin CPU | operator peak RSS |\n")
+	md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range movers {
+		p50, p99, pmax := percentiles(r.detections)
+		pp50, pp99, _ := percentiles(r.parents)
+		fmt.Fprintf(md, "| %d | %s–%s | %s | %d | %s | %s | %.1f | %s / %s / %s | %s / %s | %.2f | %.1f s | %.1f s | %s |\n",
+			r.cfg.ops, r.cfg.minDuration, r.cfg.maxDuration, shapeName(r.cfg.shape), r.cfg.parents, r.cfg.sync, r.cfg.polling,
+			r.calls/float64(r.cfg.ops), round(p50), round(p99), round(pmax), round(pp50), round(pp99),
+			sum(r.writes)/float64(r.cfg.ops)+1, r.cpu, r.pluginCPU, mib(r.peakRSS))
+	}
+	md.WriteString("\nAPI writes by resource:\n\n")
+	for _, r := range movers {
+		fmt.Fprintf(md, "- %s polling: %s; the node-agent stand-in's DataUpload writes: %.0f\n", r.cfg.polling, byResource(r.writes), r.standIn)
+		if r.undetected > 0 || r.unfinished > 0 {
+			fmt.Fprintf(md, "  - not seen ended: %d operations; not Finalizing: %d Backups\n", r.undetected, r.unfinished)
+		}
 	}
 	md.WriteString("\n")
 }

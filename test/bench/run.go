@@ -55,9 +55,19 @@ type config struct {
 	// shape is the sample plugin's shape of progress: sim.ShapeConstant or sim.ShapeReal.
 	shape     string
 	extraArgs []string
+	// plugin follows the operations: the sample plugin's data mover unless set.
+	plugin string
 }
 
 const datamover = "itemops.io/sample-datamover"
+
+// pluginName is the plugin that follows the run's operations.
+func (c config) pluginName() string {
+	if c.plugin != "" {
+		return c.plugin
+	}
+	return datamover
+}
 
 // operation is one benchmark operation as the plugin sees it.
 type operation struct {
@@ -344,7 +354,7 @@ func createOperations(ctx context.Context, c client.Client, cfg config) ([]opera
 						Finalizers: []string{itemopsv1alpha1.Finalizer}},
 					Spec: itemopsv1alpha1.ItemOperationSpec{
 						Parent:      itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: b.Name, UID: string(b.UID)},
-						Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: datamover},
+						Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: cfg.pluginName()},
 						OperationID: ops[i].id,
 						Resource:    itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumeclaims", Namespace: "bench", Name: ops[i].id},
 						Timeout:     &metav1.Duration{Duration: time.Hour},

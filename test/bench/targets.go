@@ -143,6 +143,40 @@ func targets(results []*result, restarts []*restartResult, sides []*sideRun) []t
 	return out
 }
 
+// dataMoverTargets holds the runs of Velero's data mover to the same
+// detection targets: p99 ≤ interval + 1 s with either polling, and with
+// ETA-aware polling p50 ≤ 25% of the interval for at most 20% more calls.
+func dataMoverTargets(movers []*dataMoverResult) []target {
+	var out []target
+	var regular *dataMoverResult
+	for _, r := range movers {
+		run := fmt.Sprintf("data mover, %d operations, %s polling: ", r.cfg.ops, r.cfg.polling)
+		p50, p99, _ := percentiles(r.detections)
+		_, pp99, _ := percentiles(r.parents)
+		detection := atMost(run+"detection latency p99", p99, r.cfg.sync+time.Second, "")
+		if r.undetected > 0 {
+			detection.got += fmt.Sprintf(", %d not seen ended", r.undetected)
+			detection.met, detection.by = false, fmt.Sprintf("%d operations not seen ended", r.undetected)
+		}
+		out = append(out, detection, atMost(run+"parent latency p99", pp99, time.Second, ""))
+		switch r.cfg.polling {
+		case regularPolling:
+			regular = r
+		case etaPolling:
+			out = append(out, atMost(run+"detection latency p50", p50, r.cfg.sync/4, ""))
+			if regular != nil && regular.calls > 0 {
+				extra := r.calls/regular.calls - 1
+				out = append(out, target{
+					name: run + "extra Progress calls per operation",
+					want: "≤ 20%", got: fmt.Sprintf("%+.0f%% (%.1f against %.1f)", 100*extra, r.calls/float64(r.cfg.ops), regular.calls/float64(regular.cfg.ops)),
+					met: extra <= 0.20, by: fmt.Sprintf("%.0f points more", 100*(extra-0.20)),
+				})
+			}
+		}
+	}
+	return out
+}
+
 // rssLimit is the peak RSS a run of n operations may reach.
 func rssLimit(n int) int64 {
 	if n <= 10000 {

@@ -70,3 +70,30 @@ func TestTargetsSayWhatIsMissedAndByHowMuch(t *testing.T) {
 		t.Errorf("peak RSS limits: %s at 10,000, %s at 100,000", mib(rssLimit(10000)), mib(rssLimit(100000)))
 	}
 }
+
+func TestDataMoverTargetsHoldETAToRegularPolling(t *testing.T) {
+	cfg := config{ops: 1000, parents: 100, sync: 10 * time.Second, polling: regularPolling}
+	regular := &dataMoverResult{cfg: cfg, calls: 6000,
+		detections: []time.Duration{4 * time.Second, 9 * time.Second}, parents: []time.Duration{50 * time.Millisecond}}
+	cfg.polling = etaPolling
+	// Progress read up to 10 s old: the estimates come late, and one
+	// operation was never seen ending.
+	eta := &dataMoverResult{cfg: cfg, calls: 7800, undetected: 1,
+		detections: []time.Duration{4 * time.Second, 5 * time.Second}, parents: []time.Duration{2 * time.Second}}
+
+	var md strings.Builder
+	writeTargets(&md, dataMoverTargets([]*dataMoverResult{regular, eta}), nil)
+	got := md.String()
+	for _, want := range []string{
+		"| data mover, 1000 operations, regular polling: detection latency p99 | ≤ 11s | 9s | yes |",
+		"| data mover, 1000 operations, ETA-aware polling: detection latency p99 | ≤ 11s | 5s, 1 not seen ended | **no**: 1 operations not seen ended |",
+		"| data mover, 1000 operations, ETA-aware polling: parent latency p99 | ≤ 1s | 2s | **no**: 1s over |",
+		"| data mover, 1000 operations, ETA-aware polling: detection latency p50 | ≤ 2.5s | 5s | **no**: 2.5s over |",
+		"| data mover, 1000 operations, ETA-aware polling: extra Progress calls per operation | ≤ 20% | +30% (7.8 against 6.0) | **no**: 10 points more |",
+		"4 of 6 targets missed",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("targets lack %q:\n%s", want, got)
+		}
+	}
+}

@@ -164,6 +164,10 @@ func Setup(env *envtest.Environment, work, pluginDir string, cachedOnly bool) (e
 	return e, stop, nil
 }
 
+// Binary returns the path of a binary hack/cached-binary.sh builds
+// (velero, velero-plugin-for-aws, versitygw), building it if need be.
+func Binary(root, name string) (string, error) { return cached(root, name, false) }
+
 // cached returns the path of a binary hack/cached-binary.sh builds.
 func cached(root, name string, cachedOnly bool) (string, error) {
 	cmd := exec.Command(filepath.Join(root, "hack", "cached-binary.sh"), name)

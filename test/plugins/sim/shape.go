@@ -105,6 +105,12 @@ func (st *State) movedAfter(elapsed time.Duration) int64 {
 	return st.Size
 }
 
+// MovedAt is how many bytes the transfer has moved at a time, at most Size:
+// what a stand-in for another data path reports of the same shape.
+func (st *State) MovedAt(at time.Time) int64 {
+	return st.movedAfter(at.Sub(st.Started))
+}
+
 // timeToMove is how long after the start the transfer has moved n bytes.
 func (st *State) timeToMove(n int64) time.Duration {
 	var elapsed time.Duration
