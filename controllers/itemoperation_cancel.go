@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -25,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -70,9 +72,14 @@ func (r *ItemOperationReconciler) removeFinalizer(ctx context.Context, op *itemo
 	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {
 		return nil
 	}
-	patch := client.MergeFrom(op.DeepCopy())
+	// The merge patch MergeFrom would compute, without encoding the whole
+	// object twice to find it: a list in a merge patch replaces the list.
 	controllerutil.RemoveFinalizer(op, itemopsv1alpha1.Finalizer)
-	if err := r.Client.Patch(ctx, op, patch); err != nil && !apierrors.IsNotFound(err) {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": op.Finalizers}})
+	if err != nil {
+		return fmt.Errorf("removing the finalizer: %w", err)
+	}
+	if err := r.Client.Patch(ctx, op, client.RawPatch(types.MergePatchType, body)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing the finalizer: %w", err)
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -32,9 +33,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -176,6 +180,27 @@ func parentRequestForOperation(kind itemopsv1alpha1.ParentKind) handler.MapFunc 
 	}
 }
 
+// operationChangeMatters passes the changes of an ItemOperation that its
+// parent acts on: its creation and deletion (the operations known), a new
+// phase (the counters and the rollup), the start of its deletion, and its
+// labels and annotations (the records it stands for). Its progress and the
+// release of its finalizer change nothing the parent reads until every
+// operation has ended, and the last end is a new phase. Woken by them, a
+// parent of a hundred operations listed all hundred for each such write: a
+// tenth of itemops' CPU side by side with Velero.
+func operationChangeMatters() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		old, okOld := e.ObjectOld.(*itemopsv1alpha1.ItemOperation)
+		cur, okNew := e.ObjectNew.(*itemopsv1alpha1.ItemOperation)
+		if !okOld || !okNew {
+			return true
+		}
+		return old.Status.Phase != cur.Status.Phase || old.Generation != cur.Generation ||
+			old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero() ||
+			!maps.Equal(old.Labels, cur.Labels) || !maps.Equal(old.Annotations, cur.Annotations)
+	}}
+}
+
 // recordPhase tells people why a parent moved.
 func recordPhase(recorder record.EventRecorder, obj client.Object, from, to rollup.Phase, counts parentCounters) {
 	kind := corev1.EventTypeNormal
@@ -228,12 +253,14 @@ type parentReconciler[T client.Object] struct {
 	moved map[types.UID]bool
 }
 
-// SetupWithManager registers the reconciler; any change of an operation wakes its parent.
+// SetupWithManager registers the reconciler; a change of an operation that
+// its parent acts on wakes the parent.
 func (r *parentReconciler[T]) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(r.kind.controlName).
 		For(r.kind.newObject()).
-		Watches(&itemopsv1alpha1.ItemOperation{}, handler.EnqueueRequestsFromMapFunc(parentRequestForOperation(r.kind.kind))).
+		Watches(&itemopsv1alpha1.ItemOperation{}, handler.EnqueueRequestsFromMapFunc(parentRequestForOperation(r.kind.kind)),
+			builder.WithPredicates(operationChangeMatters())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
 		Complete(quietConflicts{r})
 }

@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
@@ -319,6 +320,43 @@ var _ = Describe("Writes of the parent reconcilers", Label("unit"), func() {
 		other := errors.New("connection refused")
 		if _, err := (quietConflicts{conflicting{other}}).Reconcile(context.Background(), ctrl.Request{}); !errors.Is(err, other) {
 			t.Errorf("another error: got %v, want it returned", err)
+		}
+	})
+
+	// A parent acts on its operations' phases and the records they stand
+	// for; their progress and the release of their finalizers wake it no more.
+	It("wakes a parent only for changes of its operations that it acts on", func() {
+		t := GinkgoTB()
+		old := &itemopsv1alpha1.ItemOperation{ObjectMeta: metav1.ObjectMeta{Name: "op", Namespace: "velero", Generation: 1,
+			Labels: map[string]string{itemopsv1alpha1.LabelParentKind: "Backup"}, Annotations: map[string]string{itemopsv1alpha1.AnnotationRecords: "1"},
+			Finalizers: []string{itemopsv1alpha1.Finalizer}},
+			Status: itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress, NCompleted: 10, NTotal: 100}}
+		changed := func(change func(*itemopsv1alpha1.ItemOperation)) *itemopsv1alpha1.ItemOperation {
+			op := old.DeepCopy()
+			change(op)
+			return op
+		}
+		cases := []struct {
+			name string
+			new  *itemopsv1alpha1.ItemOperation
+			want bool
+		}{
+			{"progress", changed(func(op *itemopsv1alpha1.ItemOperation) { op.Status.NCompleted = 50; op.Status.Progress = "50/100 (50%)" }), false},
+			{"finalizer released", changed(func(op *itemopsv1alpha1.ItemOperation) { op.Finalizers = nil }), false},
+			{"completed", changed(func(op *itemopsv1alpha1.ItemOperation) { op.Status.Phase = itemopsv1alpha1.OperationPhaseCompleted }), true},
+			{"cancel requested", changed(func(op *itemopsv1alpha1.ItemOperation) { op.Spec.Cancel = true; op.Generation = 2 }), true},
+			{"deletion started", changed(func(op *itemopsv1alpha1.ItemOperation) { op.DeletionTimestamp = &metav1.Time{Time: time.Now()} }), true},
+			{"records", changed(func(op *itemopsv1alpha1.ItemOperation) { op.Annotations[itemopsv1alpha1.AnnotationRecords] = "2" }), true},
+			{"labels", changed(func(op *itemopsv1alpha1.ItemOperation) { op.Labels[itemopsv1alpha1.LabelParentKind] = "Restore" }), true},
+		}
+		p := operationChangeMatters()
+		for _, tc := range cases {
+			if got := p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: tc.new}); got != tc.want {
+				t.Errorf("%s: wakes the parent = %v, want %v", tc.name, got, tc.want)
+			}
+		}
+		if !p.Create(event.CreateEvent{Object: old}) || !p.Delete(event.DeleteEvent{Object: old}) {
+			t.Error("the creation and the deletion of an operation must wake its parent")
 		}
 	})
 })

@@ -28,6 +28,8 @@ import (
 	"github.com/go-logr/logr"
 	hclog "github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -119,6 +121,8 @@ type Manager struct {
 
 	launches atomic.Int64
 	restarts atomic.Int64
+
+	parents encodedParents
 }
 
 // NewManager returns a Manager with an empty registry; call Discover before use.
@@ -260,7 +264,7 @@ func (m *Manager) Progress(ctx context.Context, op Operation) (velero.OperationP
 	var progress *proto.OperationProgress
 	switch op.Kind {
 	case itemopsv1alpha1.PluginKindBackupItemAction:
-		backup, err := parentJSON(op.Backup, &velerov1api.Backup{})
+		backup, err := parentJSON(&m.parents, op.Backup)
 		if err != nil {
 			return velero.OperationProgress{}, &Error{Kind: ErrOperationFailed, Plugin: op.Plugin, Call: call, Err: err}
 		}
@@ -272,7 +276,7 @@ func (m *Manager) Progress(ctx context.Context, op Operation) (velero.OperationP
 		}
 		progress = res.GetProgress()
 	default:
-		restore, err := parentJSON(op.Restore, &velerov1api.Restore{})
+		restore, err := parentJSON(&m.parents, op.Restore)
 		if err != nil {
 			return velero.OperationProgress{}, &Error{Kind: ErrOperationFailed, Plugin: op.Plugin, Call: call, Err: err}
 		}
@@ -312,7 +316,7 @@ func (m *Manager) Cancel(ctx context.Context, op Operation) error {
 	}
 	switch op.Kind {
 	case itemopsv1alpha1.PluginKindBackupItemAction:
-		backup, err := parentJSON(op.Backup, &velerov1api.Backup{})
+		backup, err := parentJSON(&m.parents, op.Backup)
 		if err != nil {
 			return &Error{Kind: ErrOperationFailed, Plugin: op.Plugin, Call: call, Err: err}
 		}
@@ -323,7 +327,7 @@ func (m *Manager) Cancel(ctx context.Context, op Operation) error {
 			return classify(call, op.Plugin, op.ID, err)
 		}
 	default:
-		restore, err := parentJSON(op.Restore, &velerov1api.Restore{})
+		restore, err := parentJSON(&m.parents, op.Restore)
 		if err != nil {
 			return &Error{Kind: ErrOperationFailed, Plugin: op.Plugin, Call: call, Err: err}
 		}
@@ -352,7 +356,7 @@ func (m *Manager) AreAdditionalItemsReady(ctx context.Context, pluginName string
 	if err != nil {
 		return false, err
 	}
-	restoreJSON, err := parentJSON(restore, &velerov1api.Restore{})
+	restoreJSON, err := parentJSON(&m.parents, restore)
 	if err != nil {
 		return false, &Error{Kind: ErrOperationFailed, Plugin: pluginName, Call: call, Err: err}
 	}
@@ -370,16 +374,66 @@ func (m *Manager) AreAdditionalItemsReady(ctx context.Context, pluginName string
 }
 
 // parentJSON encodes the Backup or Restore the way Velero sends it to
-// plugins; a nil parent is sent as an empty one.
-func parentJSON[T any](parent *T, empty *T) ([]byte, error) {
+// plugins; a nil parent is sent as an empty one. Every call of every
+// operation sends its parent, whose encoding changes only with its
+// resourceVersion: it is encoded once per version (cache).
+func parentJSON[T any, P interface {
+	*T
+	metav1.Object
+}](cache *encodedParents, parent P) ([]byte, error) {
 	if parent == nil {
-		parent = empty
+		parent = new(T)
+	}
+	uid, version := parent.GetUID(), parent.GetResourceVersion()
+	if b, ok := cache.get(uid, version); ok {
+		return b, nil
 	}
 	b, err := json.Marshal(parent)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the parent for the plugin: %w", err)
 	}
+	cache.put(uid, version, b)
 	return b, nil
+}
+
+// maxEncodedParents bounds the parents whose encoding is kept; past it the
+// cache starts again empty. Parents in flight at once number far fewer.
+const maxEncodedParents = 4096
+
+// encodedParents keeps the last encoding of each parent, by UID. The bytes
+// are shared by every call that sends them and never written to.
+type encodedParents struct {
+	mu sync.Mutex
+	m  map[types.UID]encodedParent
+}
+
+type encodedParent struct {
+	version string
+	json    []byte
+}
+
+// get returns the encoding of this version of a parent, if kept. A parent
+// not read from the API server (no UID or version) is never kept.
+func (c *encodedParents) get(uid types.UID, version string) ([]byte, bool) {
+	if uid == "" || version == "" {
+		return nil, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[uid]
+	return e.json, ok && e.version == version
+}
+
+func (c *encodedParents) put(uid types.UID, version string, b []byte) {
+	if uid == "" || version == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxEncodedParents {
+		c.m = map[types.UID]encodedParent{}
+	}
+	c.m[uid] = encodedParent{version: version, json: b}
 }
 
 // fromProto converts the wire form, leaving unset timestamps zero rather

@@ -85,6 +85,9 @@ type sideRun struct {
 	// cpuSeconds: velero server, itemops and every plugin process they
 	// started and reaped, over the whole run (backups included).
 	cpuSeconds, itemopsCPU float64
+	// itemopsOwnCPU is the itemops process alone, without the plugin
+	// processes it started (read from /proc just before it stops).
+	itemopsOwnCPU float64
 	launches               int // of the sample plugin binary
 	writes                 map[string]float64
 	duration               time.Duration
@@ -243,6 +246,7 @@ func runSide(ctx context.Context, root string, cfg sideConfig, mode string) (*si
 	}
 	run.writes = diff(writesAfter, writesBefore)
 	if itemops != nil {
+		run.itemopsOwnCPU = observe(itemops.Process.Pid).cpuSeconds
 		run.itemopsCPU = stopProcess(itemops)
 		run.cpuSeconds += run.itemopsCPU
 	}
@@ -513,8 +517,8 @@ func stopProcess(cmd *exec.Cmd) float64 {
 
 func (r *sideRun) summary() string {
 	p50, p99, _ := percentiles(r.parent)
-	return fmt.Sprintf("bench: %s: %d operations, parent latency p50 %s p99 %s, CPU %.1f s, %d plugin launches, %.0f API writes, %d unfinished %v, %d backed up by Velero (the last after %s; its queue stalled %d times, %s in all), %s",
-		r.mode, r.operations, round(p50), round(p99), r.cpuSeconds, r.launches, sum(r.writes), r.unfinished, r.stuck,
+	return fmt.Sprintf("bench: %s: %d operations, parent latency p50 %s p99 %s, CPU %.1f s (itemops %.1f s, of which its plugins %.1f s), %d plugin launches, %.0f API writes, %d unfinished %v, %d backed up by Velero (the last after %s; its queue stalled %d times, %s in all), %s",
+		r.mode, r.operations, round(p50), round(p99), r.cpuSeconds, r.itemopsCPU, r.itemopsCPU-r.itemopsOwnCPU, r.launches, sum(r.writes), r.unfinished, r.stuck,
 		r.backedUp, round(r.lastBackedUp), r.queueStalls, round(r.queueStalled), round(r.duration))
 }
 
