@@ -44,6 +44,7 @@ import (
 	"github.com/itemops/itemops/internal/metrics"
 	"github.com/itemops/itemops/internal/options"
 	"github.com/itemops/itemops/internal/plugin"
+	"github.com/itemops/itemops/internal/progress"
 	"github.com/itemops/itemops/internal/store"
 )
 
@@ -164,6 +165,7 @@ func main() {
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		ETAPolling:              opts.ETAPolling,
 		MinPollInterval:         opts.MinPollInterval,
+		Lateness:                &progress.Lateness{Max: opts.SyncFrequency},
 		StatusWrites:            rate.NewLimiter(rate.Limit(opts.StatusWriteQPS), 2*opts.StatusWriteQPS),
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "setting up the ItemOperation controller")

@@ -43,6 +43,7 @@ import (
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/internal/plugin"
+	"github.com/itemops/itemops/internal/progress"
 	"github.com/itemops/itemops/internal/store"
 )
 
@@ -84,6 +85,9 @@ type ItemOperationReconciler struct {
 	// poll comes no sooner than MinPollInterval.
 	ETAPolling      bool
 	MinPollInterval time.Duration
+	// Lateness, when set, learns how late each plugin's estimates come and
+	// has ETA polls made ahead of them by that (leadFor).
+	Lateness *progress.Lateness
 	// StatusWrites, when set, bounds the writes that only report progress
 	// (see writeStatus); unbounded when nil.
 	StatusWrites *rate.Limiter
@@ -102,6 +106,12 @@ type polled struct {
 	// estimate is the time the next poll was made for, by an estimated
 	// completion; zero for a regular poll.
 	estimate time.Time
+	// steps counts the polls in a row made for an estimate that found the
+	// operation still running, up to the one that made this.
+	steps int
+	// predicted is the completion the poll's reading predicted; zero when
+	// none.
+	predicted time.Time
 	// reading is what the poll read.
 	reading reading
 }
@@ -255,27 +265,33 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return r.writeEnd(ctx, original, op, now)
 	}
 
-	r.poll(ctx, op, parent, now)
-	if op.Status.Phase.IsTerminal() {
-		return r.writeEnd(ctx, original, op, now)
-	}
 	var last polled
 	v, polledBefore := r.polled.Load(req.NamespacedName)
 	if polledBefore {
 		last = v.(polled)
 	}
+	r.poll(ctx, op, parent, now)
+	if op.Status.Phase.IsTerminal() {
+		r.learnLateness(op, last, now)
+		return r.writeEnd(ctx, original, op, now)
+	}
 	// A poll made for an estimated completion that finds the operation
 	// still running: the estimate slipped.
 	slipped := !last.estimate.IsZero() && !now.Before(last.estimate)
+	steps := 0
+	if slipped {
+		steps = last.steps + 1
+	}
 	// Decided before the write: the status comes back from the API server
 	// with its times cut to the second, and a poll timed by a cut estimate
 	// came up to a second early and found the operation not quite done.
 	read := readingOf(op, now)
-	wait, estimate := r.nextPoll(op, now, !polledBefore, slipped, recentEstimate(last.reading, read, op.Status.NTotal))
+	predicted := predictedEnd(op, recentEstimate(last.reading, read, op.Status.NTotal))
+	wait, by := r.nextPoll(op, now, !polledBefore, slipped, predicted, r.leadFor(op, steps))
 	if err := r.writeStatus(ctx, original, op, now); err != nil {
 		return staleOr(err)
 	}
-	r.polled.Store(req.NamespacedName, polled{estimate: estimate, reading: read})
+	r.polled.Store(req.NamespacedName, polled{estimate: by, steps: steps, predicted: predicted, reading: read})
 	// Counted from the reconcile's start, so the time the call and the
 	// write took does not push the next poll past the interval.
 	next := min(wait, deadline.Sub(now)) - r.Clock.Since(now)

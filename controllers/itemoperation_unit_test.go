@@ -220,7 +220,7 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 			{"recent rate, off", off, eta(time.Minute), false, 8500 * time.Millisecond, 9500 * time.Millisecond, false, now.Add(4 * time.Second)},
 		}
 		for _, tc := range cases {
-			got, by := tc.r.nextPoll(tc.op, now, false, tc.slipped, tc.recent)
+			got, by := tc.r.nextPoll(tc.op, now, false, tc.slipped, predictedEnd(tc.op, tc.recent), 0)
 			byEstimate := !by.IsZero()
 			if got < tc.min || got > tc.max {
 				t.Errorf("%s: next poll in %s, want %s to %s", tc.name, got, tc.min, tc.max)
@@ -259,7 +259,7 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 		lowest, highest := time.Hour, time.Duration(0)
 		buckets := map[time.Duration]int{}
 		for range 2000 {
-			next, _ := r.nextPoll(op, time.Now(), true, false, time.Time{})
+			next, _ := r.nextPoll(op, time.Now(), true, false, time.Time{}, 0)
 			lowest, highest = min(lowest, next), max(highest, next)
 			buckets[next/time.Second]++
 		}
@@ -271,7 +271,7 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 				t.Errorf("%d of 2000 next polls %ds to %ds after the first, want them spread evenly", n, s, s+1)
 			}
 		}
-		if later, _ := r.nextPoll(op, time.Now(), false, false, time.Time{}); later < 8500*time.Millisecond || later > 9500*time.Millisecond {
+		if later, _ := r.nextPoll(op, time.Now(), false, false, time.Time{}, 0); later < 8500*time.Millisecond || later > 9500*time.Millisecond {
 			t.Errorf("a later poll comes %s after the previous, want 8.5s to 9.5s", later)
 		}
 	})

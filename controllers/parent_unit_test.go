@@ -341,7 +341,10 @@ var _ = Describe("Writes of the parent reconcilers", Label("unit"), func() {
 			new  *itemopsv1alpha1.ItemOperation
 			want bool
 		}{
-			{"progress", changed(func(op *itemopsv1alpha1.ItemOperation) { op.Status.NCompleted = 50; op.Status.Progress = "50/100 (50%)" }), false},
+			{"progress", changed(func(op *itemopsv1alpha1.ItemOperation) {
+				op.Status.NCompleted = 50
+				op.Status.Progress = "50/100 (50%)"
+			}), false},
 			{"finalizer released", changed(func(op *itemopsv1alpha1.ItemOperation) { op.Finalizers = nil }), false},
 			{"completed", changed(func(op *itemopsv1alpha1.ItemOperation) { op.Status.Phase = itemopsv1alpha1.OperationPhaseCompleted }), true},
 			{"cancel requested", changed(func(op *itemopsv1alpha1.ItemOperation) { op.Spec.Cancel = true; op.Generation = 2 }), true},

@@ -88,9 +88,9 @@ type sideRun struct {
 	// itemopsOwnCPU is the itemops process alone, without the plugin
 	// processes it started (read from /proc just before it stops).
 	itemopsOwnCPU float64
-	launches               int // of the sample plugin binary
-	writes                 map[string]float64
-	duration               time.Duration
+	launches      int // of the sample plugin binary
+	writes        map[string]float64
+	duration      time.Duration
 }
 
 // sideBySide runs the same workload with Velero's controller, then with itemops.
