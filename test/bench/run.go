@@ -259,7 +259,13 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 
 	finalized := watchFinalizing(ctx, h.c, backups)
 	var samples []sample
-	deadline := t0.Add(cfg.maxDuration + 10*cfg.sync + 2*time.Minute)
+	// Real-shaped transfers pause and outlast their nominal duration: the
+	// run waits for the last plugin-side completion.
+	lastEnd := t0
+	for _, op := range ops {
+		lastEnd = maxTime(lastEnd, op.completes)
+	}
+	deadline := lastEnd.Add(10*cfg.sync + 2*time.Minute)
 	var peakRSS, peakPluginRSS int64
 	var last sample
 	lastScrape := time.Now()
