@@ -220,31 +220,6 @@ func createDataUploads(ctx context.Context, c client.Client, cfg config, ops []o
 	})
 }
 
-// forEach runs fn for 0..n-1 on 32 workers, and returns the first error.
-func forEach(n int, fn func(int) error) error {
-	work := make(chan int)
-	var wg sync.WaitGroup
-	var once sync.Once
-	var first error
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if err := fn(i); err != nil {
-					once.Do(func() { first = err })
-				}
-			}
-		}()
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	return first
-}
-
 // nodeAgent plays node-agent's data path for many DataUploads at once:
 // each upload's progress is written every nodeAgentProgressInterval from a
 // moment of its own (its first progress callback), and Completed as soon as
@@ -334,24 +309,9 @@ func writeUpload(ctx context.Context, c client.Client, u *upload, end bool) erro
 	return c.Patch(ctx, du, client.RawPatch(types.MergePatchType, []byte(body)))
 }
 
-// ended records when a watch first saw each ItemOperation in a terminal phase.
-type ended struct {
-	mu   sync.Mutex
-	seen map[string]time.Time
-}
-
-func (e *ended) times() map[string]time.Time {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make(map[string]time.Time, len(e.seen))
-	for k, v := range e.seen {
-		out[k] = v
-	}
-	return out
-}
-
-func watchEnded(ctx context.Context, c client.WithWatch) *ended {
-	e := &ended{seen: map[string]time.Time{}}
+// watchEnded records when a watch first saw each ItemOperation in a terminal phase.
+func watchEnded(ctx context.Context, c client.WithWatch) *firstSeen {
+	e := newFirstSeen()
 	w, err := c.Watch(ctx, &itemopsv1alpha1.ItemOperationList{}, client.InNamespace(envtest.VeleroNamespace))
 	if err != nil {
 		fail(err)
@@ -362,11 +322,7 @@ func watchEnded(ctx context.Context, c client.WithWatch) *ended {
 			if !ok || !op.Status.Phase.IsTerminal() {
 				continue
 			}
-			e.mu.Lock()
-			if _, ok := e.seen[op.Name]; !ok {
-				e.seen[op.Name] = time.Now()
-			}
-			e.mu.Unlock()
+			e.mark(op.Name)
 		}
 	}()
 	return e

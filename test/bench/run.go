@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -344,74 +345,85 @@ func createOperations(ctx context.Context, c client.Client, cfg config) ([]opera
 		d := cfg.minDuration + time.Duration(rng.Int64N(int64(span)+1))
 		ops[i] = operation{id: fmt.Sprintf("bench-op-%05d", i), parent: i % cfg.parents, completes: time.Time{}.Add(d)}
 	}
+	err := forEach(len(ops), func(i int) error {
+		b := backups[ops[i].parent]
+		op := &itemopsv1alpha1.ItemOperation{
+			// As ingestion creates them: with the finalizer.
+			ObjectMeta: metav1.ObjectMeta{Name: ops[i].id, Namespace: envtest.VeleroNamespace,
+				Labels:     map[string]string{itemopsv1alpha1.LabelParentKind: "Backup", itemopsv1alpha1.LabelParentUID: string(b.UID)},
+				Finalizers: []string{itemopsv1alpha1.Finalizer}},
+			Spec: itemopsv1alpha1.ItemOperationSpec{
+				Parent:      itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: b.Name, UID: string(b.UID)},
+				Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: cfg.pluginName()},
+				OperationID: ops[i].id,
+				Resource:    itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumeclaims", Namespace: "bench", Name: ops[i].id},
+				Timeout:     &metav1.Duration{Duration: time.Hour},
+			},
+		}
+		return c.Create(ctx, op)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating operations: %w", err)
+	}
+	return ops, backups, nil
+}
+
+// forEach runs fn for 0..n-1 on 32 workers, and returns the first error.
+func forEach(n int, fn func(int) error) error {
 	work := make(chan int)
-	errs := make(chan error, 1)
 	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
 	for range 32 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				b := backups[ops[i].parent]
-				op := &itemopsv1alpha1.ItemOperation{
-					// As ingestion creates them: with the finalizer.
-					ObjectMeta: metav1.ObjectMeta{Name: ops[i].id, Namespace: envtest.VeleroNamespace,
-						Labels:     map[string]string{itemopsv1alpha1.LabelParentKind: "Backup", itemopsv1alpha1.LabelParentUID: string(b.UID)},
-						Finalizers: []string{itemopsv1alpha1.Finalizer}},
-					Spec: itemopsv1alpha1.ItemOperationSpec{
-						Parent:      itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: b.Name, UID: string(b.UID)},
-						Plugin:      itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: cfg.pluginName()},
-						OperationID: ops[i].id,
-						Resource:    itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumeclaims", Namespace: "bench", Name: ops[i].id},
-						Timeout:     &metav1.Duration{Duration: time.Hour},
-					},
-				}
-				if err := c.Create(ctx, op); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err })
 				}
 			}
 		}()
 	}
-	for i := range ops {
+	for i := range n {
 		work <- i
 	}
 	close(work)
 	wg.Wait()
-	select {
-	case err := <-errs:
-		return nil, nil, fmt.Errorf("creating operations: %w", err)
-	default:
-	}
-	return ops, backups, nil
+	return first
 }
 
-// finalizing records when each Backup was first seen in Finalizing*.
-type finalizing struct {
+// firstSeen records when a watch first saw each object, by name, in the
+// state it waits for.
+type firstSeen struct {
 	mu   sync.Mutex
 	seen map[string]time.Time
 }
 
-func (f *finalizing) count() int {
+func newFirstSeen() *firstSeen { return &firstSeen{seen: map[string]time.Time{}} }
+
+func (f *firstSeen) mark(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.seen[name]; !ok {
+		f.seen[name] = time.Now()
+	}
+}
+
+func (f *firstSeen) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.seen)
 }
 
-func (f *finalizing) times() map[string]time.Time {
+func (f *firstSeen) times() map[string]time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make(map[string]time.Time, len(f.seen))
-	for k, v := range f.seen {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(f.seen)
 }
 
-func watchFinalizing(ctx context.Context, c client.WithWatch, backups []*velerov1api.Backup) *finalizing {
-	f := &finalizing{seen: map[string]time.Time{}}
+func watchFinalizing(ctx context.Context, c client.WithWatch, backups []*velerov1api.Backup) *firstSeen {
+	f := newFirstSeen()
 	list := &velerov1api.BackupList{}
 	w, err := c.Watch(ctx, list, client.InNamespace(envtest.VeleroNamespace))
 	if err != nil {
@@ -424,11 +436,7 @@ func watchFinalizing(ctx context.Context, c client.WithWatch, backups []*velerov
 				continue
 			}
 			if b.Status.Phase == velerov1api.BackupPhaseFinalizing || b.Status.Phase == velerov1api.BackupPhaseFinalizingPartiallyFailed {
-				f.mu.Lock()
-				if _, ok := f.seen[b.Name]; !ok {
-					f.seen[b.Name] = time.Now()
-				}
-				f.mu.Unlock()
+				f.mark(b.Name)
 			}
 		}
 	}()
