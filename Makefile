@@ -100,7 +100,7 @@ test-chaos: ## Run the chaos suite (label chaos) for CHAOS_DURATION (5m; results
 	go test -run '^$$' -fuzz '^FuzzNext$$' -fuzztime $(FUZZTIME) ./internal/rollup
 
 .PHONY: bench
-bench: ## Measure itemops at 1,000 and 10,000 operations over 100 Backups; results in test/bench/results (about 15 minutes).
+bench: ## Measure itemops at 1,000 and 10,000 operations over 100 Backups; then Velero's data mover and side by side with Velero; results in test/bench/results (about 70 minutes on 2 cores).
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go run ./test/bench $(BENCH_ARGS)
 
 ##@ Build

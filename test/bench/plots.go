@@ -136,9 +136,10 @@ func costPlot(dir string, results []*result) error {
 	if err != nil {
 		return err
 	}
-	cpu, err := tile("Operator CPU per Progress call", "ms",
+	cpu, err := tile("CPU per Progress call", "ms",
 		"itemops", line(func(r *result) float64 { return 1000 * r.cpuSeconds / max(float64(r.calls), 1) }),
-		"sample plugin", line(func(r *result) float64 { return 1000 * r.pluginCPU / max(float64(r.calls), 1) }))
+		"sample plugin", line(func(r *result) float64 { return 1000 * r.pluginCPU / max(float64(r.calls), 1) }),
+		"API server and etcd", line(func(r *result) float64 { return 1000 * r.controlPlane / max(float64(r.calls), 1) }))
 	if err != nil {
 		return err
 	}

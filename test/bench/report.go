@@ -33,9 +33,12 @@ import (
 
 // analysis holds what run measured besides the polls.
 type analysis struct {
-	writes        map[string]float64
-	cpuSeconds    float64
-	pluginCPU     float64
+	writes     map[string]float64
+	cpuSeconds float64
+	pluginCPU  float64
+	// controlPlane: the CPU seconds of the API server and etcd while
+	// itemops ran.
+	controlPlane  float64
 	peakRSS       int64
 	peakPluginRSS int64
 	launches      int
@@ -47,9 +50,14 @@ type result struct {
 	cfg config
 	analysis
 
-	duration        time.Duration // t0 to the last Backup in Finalizing
-	calls           int
-	callsPerSecond  float64 // while every operation was running
+	duration time.Duration // t0 to the last Backup in Finalizing
+	// meanRun: how long the operations' transfers ran on average, pauses
+	// included, by their plugin-side completions.
+	meanRun        time.Duration
+	calls          int
+	callsPerSecond float64 // while every operation was running
+	// busy: the cores each part used while every operation was running.
+	busy            cores
 	polledShare     float64 // of the waits between two polls of a running operation, those within the sync interval
 	firstPollP99    time.Duration
 	waitP99         time.Duration // between two polls of a running operation
@@ -80,8 +88,10 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 	var detections []time.Duration
 	lastDetection := map[int]time.Time{}
 	firstCompletion := ops[0].completes
+	var ran time.Duration
 	for _, op := range ops {
 		firstCompletion = minTime(firstCompletion, op.completes)
+		ran += op.completes.Sub(t0)
 		for _, p := range polls[op.id] {
 			if p.completed {
 				detected[op.id] = p.at
@@ -94,6 +104,7 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 		}
 		r.calls += len(polls[op.id])
 	}
+	r.meanRun = ran / time.Duration(len(ops))
 	r.undetected = len(ops) - len(detections)
 	r.detectionP50, r.detectionP99, r.detectionMax = percentiles(detections)
 	r.detections = detections
@@ -169,6 +180,7 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 	if d := firstCompletion.Sub(firstPoll).Seconds(); d > 0 {
 		r.callsPerSecond = float64(calls) / d
 	}
+	r.busy = busyBetween(samples, firstPoll, firstCompletion)
 
 	total := 0.0
 	for _, v := range a.writes {
@@ -176,6 +188,35 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 	}
 	r.writesPerOp = total / float64(len(ops))
 	return r
+}
+
+// cores is how many of the machine's cores each part kept busy.
+type cores struct{ itemops, plugin, controlPlane float64 }
+
+func (c cores) String() string {
+	return fmt.Sprintf("itemops %.2f, plugin %.2f, API server and etcd %.2f: %.2f of %d", c.itemops, c.plugin, c.controlPlane,
+		c.itemops+c.plugin+c.controlPlane, runtime.NumCPU())
+}
+
+// busyBetween is the cores each part used from the first sample at or after
+// from to the last at or before to, zero if fewer than two fall between.
+func busyBetween(samples []sample, from, to time.Time) cores {
+	first, last := -1, -1
+	for i, s := range samples {
+		if s.at.Before(from) || s.at.After(to) {
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
+		last = i
+	}
+	if first < 0 || last == first {
+		return cores{}
+	}
+	a, b := samples[first], samples[last]
+	d := b.at.Sub(a.at).Seconds()
+	return cores{itemops: (b.cpuSeconds - a.cpuSeconds) / d, plugin: (b.pluginCPU - a.pluginCPU) / d, controlPlane: (b.controlPlane - a.controlPlane) / d}
 }
 
 func percentiles(ds []time.Duration) (p50, p99, maximum time.Duration) {
@@ -206,9 +247,9 @@ func (r *result) summary() string {
 	if r.cfg.shape != "" {
 		shape = ", " + r.cfg.shape + "-shaped progress"
 	}
-	return fmt.Sprintf("bench: %d ops%s, %s polling: %.0f Progress calls/s (%.1f per operation), %.1f%% of polls within the interval (wait p99 %s, max %s), detection p50 %s p99 %s, parent p50 %s p99 %s, %.2f API writes/op, CPU %.1fs, peak RSS %s, %d plugin launches%s",
+	return fmt.Sprintf("bench: %d ops%s, %s polling: %.0f Progress calls/s (%.1f per operation), %.1f%% of polls within the interval (wait p99 %s, max %s), detection p50 %s p99 %s, parent p50 %s p99 %s, %.2f API writes/op, CPU %.1fs (API server and etcd %.1fs), cores busy while all ran: %s, peak RSS %s, %d plugin launches%s",
 		r.cfg.ops, shape, r.cfg.polling, r.callsPerSecond, float64(r.calls)/float64(r.cfg.ops), 100*r.polledShare, round(r.waitP99), round(r.waitMax), round(r.detectionP50), round(r.detectionP99), round(r.parentP50), round(r.parentP99),
-		r.writesPerOp, r.cpuSeconds, mib(r.peakRSS), r.launches, timedOut(r.timedOut))
+		r.writesPerOp, r.cpuSeconds, r.controlPlane, r.busy, mib(r.peakRSS), r.launches, timedOut(r.timedOut))
 }
 
 func timedOut(b bool) string {
@@ -331,11 +372,11 @@ func writeCost(md *strings.Builder, results []*result) {
 		return
 	}
 	md.WriteString("\n## Cost against size\n\nRegular polling. The API server and etcd share the two cores: a size whose calls made fall short of those needed is the size where they, itemops and the plugin together run out of CPU.\n\n")
-	md.WriteString("| operations | Progress calls/s made / needed | itemops CPU per call | plugin CPU per call | itemops peak RSS (per operation) | API writes / operation |\n|---|---|---|---|---|---|\n")
+	md.WriteString("| operations | Progress calls/s made / needed | cores busy while every operation ran | itemops CPU per call | plugin CPU per call | API server and etcd CPU per call | itemops peak RSS (per operation) | API writes / operation |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		calls := max(float64(r.calls), 1)
-		fmt.Fprintf(md, "| %d | %.0f / %.0f | %.2f ms | %.2f ms | %s (%.1f KiB) | %.2f |\n", r.cfg.ops, r.callsPerSecond, float64(r.cfg.ops)/r.cfg.sync.Seconds(),
-			1000*r.cpuSeconds/calls, 1000*r.pluginCPU/calls, mib(r.peakRSS), float64(r.peakRSS)/1024/float64(r.cfg.ops), r.writesPerOp+1)
+		fmt.Fprintf(md, "| %d | %.0f / %.0f | %s | %.2f ms | %.2f ms | %.2f ms | %s (%.1f KiB) | %.2f |\n", r.cfg.ops, r.callsPerSecond, float64(r.cfg.ops)/r.cfg.sync.Seconds(),
+			r.busy, 1000*r.cpuSeconds/calls, 1000*r.pluginCPU/calls, 1000*r.controlPlane/calls, mib(r.peakRSS), float64(r.peakRSS)/1024/float64(r.cfg.ops), r.writesPerOp+1)
 	}
 	md.WriteString("\n![cost against size](cost-against-size.png)\n")
 }

@@ -79,13 +79,15 @@ type operation struct {
 
 // sample is one observation of the running operator.
 type sample struct {
-	at          time.Time
-	cpuSeconds  float64 // operator
-	rssBytes    int64   // operator, current
-	pluginCPU   float64
-	pluginRSS   int64
-	finalizing  int
-	pluginProcs int
+	at         time.Time
+	cpuSeconds float64 // operator
+	rssBytes   int64   // operator, current
+	pluginCPU  float64
+	pluginRSS  int64
+	// controlPlane: the API server's and etcd's CPU seconds so far.
+	controlPlane float64
+	finalizing   int
+	pluginProcs  int
 }
 
 // harness is what one run starts: a real API server (envtest), the itemops
@@ -248,6 +250,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	controlPlaneBefore := controlPlaneCPU()
 	t0 := time.Now()
 	if err := h.startTransfers(ops, cfg.shape, t0); err != nil {
 		return nil, err
@@ -288,6 +291,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 	}
 	hwm := highWaterMark(p.cmd.Process.Pid)
 	p.stop()
+	controlPlane := controlPlaneCPU() - controlPlaneBefore
 	writesAfter, err := apiWrites(ctx, h.fast)
 	if err != nil {
 		return nil, err
@@ -305,6 +309,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 		writes:        diff(writesAfter, writesBefore),
 		cpuSeconds:    last.cpuSeconds,
 		pluginCPU:     last.pluginCPU,
+		controlPlane:  controlPlane,
 		peakRSS:       max(peakRSS, hwm),
 		peakPluginRSS: peakPluginRSS,
 		launches:      launches,
@@ -471,6 +476,7 @@ func observe(pid int) sample {
 		s.pluginRSS += rss
 		s.pluginProcs++
 	}
+	s.controlPlane = controlPlaneCPU()
 	return s
 }
 
@@ -508,6 +514,24 @@ func highWaterMark(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// controlPlaneCPU is the CPU seconds used so far by the API server and etcd
+// that envtest started for this process.
+func controlPlaneCPU() float64 {
+	total := 0.0
+	for _, child := range children(os.Getpid()) {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child))
+		if err != nil {
+			continue
+		}
+		switch strings.TrimSpace(string(comm)) {
+		case "kube-apiserver", "etcd":
+			cpu, _ := procUsage(child)
+			total += cpu
+		}
+	}
+	return total
 }
 
 // children lists the child processes of pid.

@@ -71,6 +71,44 @@ func TestTargetsSayWhatIsMissedAndByHowMuch(t *testing.T) {
 	}
 }
 
+func TestCallsPerSecondSayWhatKeptTheCoresBusy(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	// Every second itemops uses 0.9 s of CPU, the plugin 0.5 s and the
+	// API server and etcd 0.6 s; the samples before 1 s and after 11 s
+	// fall outside the window.
+	var samples []sample
+	for i := range 13 {
+		samples = append(samples, sample{at: at(float64(i)), cpuSeconds: 0.9 * float64(i), pluginCPU: 0.5 * float64(i), controlPlane: 0.6 * float64(i)})
+	}
+	samples[0].cpuSeconds, samples[12].controlPlane = 100, 100
+	busy := busyBetween(samples, at(0.5), at(11.5))
+	if d := busy.itemops + busy.plugin + busy.controlPlane - 2; d < -1e-9 || d > 1e-9 || busy.itemops < 0.899 || busy.itemops > 0.901 {
+		t.Fatalf("busy between 0.5 s and 11.5 s: %+v, want itemops 0.9, plugin 0.5, API server and etcd 0.6", busy)
+	}
+	if got := busyBetween(samples, at(0.5), at(1.5)); got != (cores{}) {
+		t.Errorf("one sample in the window gave %+v, want nothing", got)
+	}
+
+	cfg := config{ops: 100000, parents: 1000, sync: 10 * time.Second, update: 30 * time.Second, polling: regularPolling,
+		minDuration: 20 * time.Second, maxDuration: 80 * time.Second}
+	// Real-shaped transfers ran 1m35s on average, not the nominal 50s:
+	// the write budget follows what they ran.
+	r := &result{cfg: cfg, callsPerSecond: 7000, busy: busy, meanRun: 95 * time.Second, writesPerOp: 4.5}
+	r.writes = map[string]float64{}
+	var md strings.Builder
+	writeTargets(&md, targets([]*result{r}, nil, nil), nil)
+	want := "| 100000 operations, regular polling: Progress calls per second, all operations running | ≥ 10000 (every operation once per 10s) | " +
+		"7000 (cores busy meanwhile: itemops 0.90, plugin 0.50, API server and etcd 0.60: 2.00 of "
+	if !strings.Contains(md.String(), want) || !strings.Contains(md.String(), "**no**: 3000 short |") {
+		t.Errorf("targets lack %q:\n%s", want, md.String())
+	}
+	writes := "| 100000 operations, regular polling: API writes per operation | ≤ 6.17 (3, and one per 30s of its mean run 1m35s) | 5.50 "
+	if !strings.Contains(md.String(), writes) {
+		t.Errorf("targets lack %q:\n%s", writes, md.String())
+	}
+}
+
 func TestDataMoverTargetsHoldETAToRegularPolling(t *testing.T) {
 	cfg := config{ops: 1000, parents: 100, sync: 10 * time.Second, polling: regularPolling}
 	regular := &dataMoverResult{cfg: cfg, calls: 6000,
