@@ -167,6 +167,7 @@ func main() {
 		MinPollInterval:         opts.MinPollInterval,
 		Lateness:                &progress.Lateness{Max: opts.SyncFrequency},
 		StatusWrites:            rate.NewLimiter(rate.Limit(opts.StatusWriteQPS), 2*opts.StatusWriteQPS),
+		Releases:                rate.NewLimiter(rate.Limit(opts.StatusWriteQPS), 2*opts.StatusWriteQPS),
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "setting up the ItemOperation controller")
 		os.Exit(1)

@@ -91,7 +91,13 @@ type ItemOperationReconciler struct {
 	// StatusWrites, when set, bounds the writes that only report progress
 	// (see writeStatus); unbounded when nil.
 	StatusWrites *rate.Limiter
+	// Releases, when set, paces the release of finished operations'
+	// finalizers (see release); unpaced when nil.
+	Releases *rate.Limiter
 
+	// releaseAt holds, by name, the turn a finished operation reserved for
+	// the release of its finalizer.
+	releaseAt sync.Map
 	// polled holds the operations this process has polled (by name, a
 	// polled), so that the first poll of each can spread the next over the
 	// interval and ETA polling knows its last reading.
@@ -212,6 +218,7 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		if apierrors.IsNotFound(err) {
 			r.polled.Delete(req.NamespacedName)
 			r.cancelTries.Delete(req.NamespacedName)
+			r.releaseAt.Delete(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -309,13 +316,36 @@ func (r *ItemOperationReconciler) writeEnd(ctx context.Context, original, op *it
 }
 
 // release removes the finalizer of a finished operation: it has nothing left
-// to cancel. The release is not urgent, so it waits for the status write
-// budget rather than compete with the writes that report ends.
+// to cancel. The release is not urgent, so it is paced by Releases rather
+// than compete with the writes that report ends: a finished operation
+// reserves its turn once and is reconciled again at it. When operations end
+// faster than they are released, the backlog waits in the queue's delay,
+// each reconciled twice, instead of coming back every sync to ask again and
+// delaying the polls of those still running.
 func (r *ItemOperationReconciler) release(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (ctrl.Result, error) {
-	if controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) && r.StatusWrites != nil && !r.StatusWrites.Allow() {
-		return ctrl.Result{RequeueAfter: jitter(r.SyncFrequency)}, nil
+	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {
+		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, r.removeFinalizer(ctx, op)
+	key := client.ObjectKeyFromObject(op)
+	if r.Releases != nil {
+		now := r.Clock.Now()
+		turn, reserved := r.releaseAt.Load(key)
+		if !reserved {
+			turn = now
+			if res := r.Releases.ReserveN(now, 1); res.OK() {
+				turn = now.Add(res.DelayFrom(now))
+			}
+			r.releaseAt.Store(key, turn)
+		}
+		if wait := turn.(time.Time).Sub(now); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+	}
+	if err := r.removeFinalizer(ctx, op); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.releaseAt.Delete(key)
+	return ctrl.Result{}, nil
 }
 
 // deletionStarted passes the update that marks an object for deletion.

@@ -356,6 +356,70 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 		}
 	})
 
+	// Finished operations reserve
+	// their release once and come back at their turn: a backlog of releases
+	// waits in the queue's delay, not in its line.
+	It("finalizer releases are paced, each reconciled at its reserved turn", func() {
+		t := GinkgoTB()
+		scheme := runtime.NewScheme()
+		if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
+			t.Fatal(err)
+		}
+		var objs []client.Object
+		for _, name := range []string{"first", "second", "third"} {
+			objs = append(objs, &itemopsv1alpha1.ItemOperation{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "velero", Finalizers: []string{itemopsv1alpha1.Finalizer}},
+				Status:     itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseCompleted},
+			})
+		}
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(objs...).Build()
+		ctx := context.Background()
+		clock := clocktesting.NewFakeClock(time.Now())
+		// One release a second, none saved up.
+		r := &ItemOperationReconciler{Client: c, Recorder: record.NewFakeRecorder(10), Clock: clock,
+			SyncFrequency: 10 * time.Second, Releases: rate.NewLimiter(1, 1)}
+		reconcile := func(name string) (time.Duration, bool) {
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "velero", Name: name}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := &itemopsv1alpha1.ItemOperation{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "velero", Name: name}, got); err != nil {
+				t.Fatal(err)
+			}
+			return res.RequeueAfter, len(got.Finalizers) > 0
+		}
+
+		if wait, held := reconcile("first"); wait != 0 || held {
+			t.Fatalf("first: requeued after %s, finalizer held %v; want released at once", wait, held)
+		}
+		if wait, held := reconcile("second"); wait != time.Second || !held {
+			t.Fatalf("second: requeued after %s, finalizer held %v; want its turn in 1s", wait, held)
+		}
+		if wait, held := reconcile("third"); wait != 2*time.Second || !held {
+			t.Fatalf("third: requeued after %s, finalizer held %v; want its turn in 2s", wait, held)
+		}
+		// Woken early (a watch event), it keeps its turn rather than
+		// reserve another.
+		clock.Step(500 * time.Millisecond)
+		if wait, held := reconcile("third"); wait != 1500*time.Millisecond || !held {
+			t.Fatalf("third woken early: requeued after %s, finalizer held %v; want the rest of its turn, 1.5s", wait, held)
+		}
+		clock.Step(500 * time.Millisecond)
+		if wait, held := reconcile("second"); wait != 0 || held {
+			t.Fatalf("second at its turn: requeued after %s, finalizer held %v; want released", wait, held)
+		}
+		clock.Step(time.Second)
+		if wait, held := reconcile("third"); wait != 0 || held {
+			t.Fatalf("third at its turn: requeued after %s, finalizer held %v; want released", wait, held)
+		}
+		for _, name := range []string{"first", "second", "third"} {
+			if _, ok := r.releaseAt.Load(client.ObjectKey{Namespace: "velero", Name: name}); ok {
+				t.Errorf("%s: its turn is still held after its release", name)
+			}
+		}
+	})
+
 	// A plugin's huge error,
 	// description or units never make a status the API refuses, and a cut
 	// never splits a character.
