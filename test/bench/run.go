@@ -97,6 +97,8 @@ type harness struct {
 	work, binary, pluginDir, kubeconfig string
 	stateDir, pollLog, launchLog        string
 	env                                 *envtest.Environment
+	// controlPlane: the process IDs of the API server and etcd.
+	controlPlane []int
 	// fast reaches the API server without client-side throttling, for the
 	// bench's own requests.
 	fast *rest.Config
@@ -126,6 +128,7 @@ func newHarness(root string) (_ *harness, err error) {
 	if h.env, err = envtest.Start(); err != nil {
 		return nil, err
 	}
+	h.controlPlane = controlPlanePIDs()
 	h.fast = rest.CopyConfig(h.env.Config)
 	h.fast.QPS, h.fast.Burst = 5000, 10000
 	if h.c, err = client.NewWithWatch(h.fast, client.Options{Scheme: h.env.Scheme}); err != nil {
@@ -250,7 +253,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	controlPlaneBefore := controlPlaneCPU()
+	controlPlaneBefore := h.controlPlaneCPU()
 	t0 := time.Now()
 	if err := h.startTransfers(ops, cfg.shape, t0); err != nil {
 		return nil, err
@@ -280,6 +283,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 			lastScrape = time.Now()
 		}
 		s := observe(p.cmd.Process.Pid)
+		s.controlPlane = h.controlPlaneCPU()
 		s.finalizing = finalized.count()
 		peakRSS = max(peakRSS, s.rssBytes)
 		peakPluginRSS = max(peakPluginRSS, s.pluginRSS)
@@ -291,7 +295,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 	}
 	hwm := highWaterMark(p.cmd.Process.Pid)
 	p.stop()
-	controlPlane := controlPlaneCPU() - controlPlaneBefore
+	controlPlane := h.controlPlaneCPU() - controlPlaneBefore
 	writesAfter, err := apiWrites(ctx, h.fast)
 	if err != nil {
 		return nil, err
@@ -476,7 +480,6 @@ func observe(pid int) sample {
 		s.pluginRSS += rss
 		s.pluginProcs++
 	}
-	s.controlPlane = controlPlaneCPU()
 	return s
 }
 
@@ -516,10 +519,10 @@ func highWaterMark(pid int) int64 {
 	return 0
 }
 
-// controlPlaneCPU is the CPU seconds used so far by the API server and etcd
-// that envtest started for this process.
-func controlPlaneCPU() float64 {
-	total := 0.0
+// controlPlanePIDs finds the API server and etcd that envtest started for
+// this process.
+func controlPlanePIDs() []int {
+	var out []int
 	for _, child := range children(os.Getpid()) {
 		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child))
 		if err != nil {
@@ -527,9 +530,19 @@ func controlPlaneCPU() float64 {
 		}
 		switch strings.TrimSpace(string(comm)) {
 		case "kube-apiserver", "etcd":
-			cpu, _ := procUsage(child)
-			total += cpu
+			out = append(out, child)
 		}
+	}
+	return out
+}
+
+// controlPlaneCPU is the CPU seconds the API server and etcd of this run
+// have used so far.
+func (h *harness) controlPlaneCPU() float64 {
+	total := 0.0
+	for _, pid := range h.controlPlane {
+		cpu, _ := procUsage(pid)
+		total += cpu
 	}
 	return total
 }
