@@ -79,8 +79,8 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh
 
 .PHONY: test-e2e
-test-e2e: ## Run only the end-to-end suites (label e2e): the itemops binary, itemops beside the real velero server, on Velero's CSI data mover, and kubectl-itemops.
-	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" LABELS='e2e$(if $(LABELS), && ($(LABELS)))' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' RACE=0 hack/test.sh
+test-e2e: ## Run only the end-to-end suites (label e2e): the itemops binary, itemops beside the real velero server, on Velero's CSI data mover, kubectl-itemops, and an upgrade in flight from an earlier commit (needs the git history).
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" ITEMOPS_UPGRADE=1 LABELS='e2e$(if $(LABELS), && ($(LABELS)))' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' RACE=0 hack/test.sh
 
 # FUZZTIME bounds each fuzz target of test-chaos; CHAOS_DURATION, CHAOS_BACKUPS
 # and CHAOS_OPERATIONS size its chaos run (make test runs 40s, 6 × 8).
@@ -102,6 +102,15 @@ test-chaos: ## Run the chaos suite (label chaos) for CHAOS_DURATION (5m; results
 .PHONY: bench
 bench: ## Measure itemops at 1,000 and 10,000 operations over 100 Backups; then Velero's data mover and side by side with Velero; results in test/bench/results (about 70 minutes on 2 cores).
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go run ./test/bench $(BENCH_ARGS)
+
+# SOAK_DURATION is how long make soak streams Backups; SOAK_ARGS more flags
+# of test/soak (-peak, -per-backup, -fault-every, -retention, -seed).
+SOAK_DURATION ?= 1h
+SOAK_ARGS ?=
+
+.PHONY: soak
+soak: ## Run itemops under a stream of Backups (10,000 operations in flight) with faults for SOAK_DURATION (1h), and check that its memory, goroutines, files, plugin processes, watches and queue stay flat; results in test/soak/results.
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go run ./test/soak -duration=$(SOAK_DURATION) $(SOAK_ARGS)
 
 ##@ Build
 

@@ -167,7 +167,9 @@ func main() {
 		MinPollInterval:         opts.MinPollInterval,
 		Lateness:                &progress.Lateness{Max: opts.SyncFrequency},
 		StatusWrites:            rate.NewLimiter(rate.Limit(opts.StatusWriteQPS), 2*opts.StatusWriteQPS),
-		Releases:                rate.NewLimiter(rate.Limit(opts.StatusWriteQPS), 2*opts.StatusWriteQPS),
+		// Half the status write budget at most, so that progress writes
+		// keep the other half while a wave of ends is released.
+		Releases: rate.NewLimiter(rate.Limit(float64(opts.StatusWriteQPS)/2), max(1, opts.StatusWriteQPS)),
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "setting up the ItemOperation controller")
 		os.Exit(1)

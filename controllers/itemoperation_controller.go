@@ -92,7 +92,8 @@ type ItemOperationReconciler struct {
 	// (see writeStatus); unbounded when nil.
 	StatusWrites *rate.Limiter
 	// Releases, when set, paces the release of finished operations'
-	// finalizers (see release); unpaced when nil.
+	// finalizers (see release), each of which also spends a StatusWrites
+	// token; unpaced when nil.
 	Releases *rate.Limiter
 
 	// releaseAt holds, by name, the turn a finished operation reserved for
@@ -321,7 +322,9 @@ func (r *ItemOperationReconciler) writeEnd(ctx context.Context, original, op *it
 // reserves its turn once and is reconciled again at it. When operations end
 // faster than they are released, the backlog waits in the queue's delay,
 // each reconciled twice, instead of coming back every sync to ask again and
-// delaying the polls of those still running.
+// delaying the polls of those still running. Each release also spends a
+// token of the StatusWrites budget, so that releases and progress writes
+// together stay within it.
 func (r *ItemOperationReconciler) release(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {
 		return ctrl.Result{}, nil
@@ -345,6 +348,12 @@ func (r *ItemOperationReconciler) release(ctx context.Context, op *itemopsv1alph
 		return ctrl.Result{}, err
 	}
 	r.releaseAt.Delete(key)
+	// The release is a write the progress writes' budget counts too, so
+	// that both together stay within it: the progress writes left out are
+	// those that can wait for the next poll.
+	if r.StatusWrites != nil {
+		r.StatusWrites.ReserveN(r.Clock.Now(), 1)
+	}
 	return ctrl.Result{}, nil
 }
 

@@ -375,9 +375,12 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(objs...).Build()
 		ctx := context.Background()
 		clock := clocktesting.NewFakeClock(time.Now())
-		// One release a second, none saved up.
+		// One release a second, none saved up; three status writes
+		// saved up, and (next to) none coming.
+		writes := rate.NewLimiter(rate.Limit(0.001), 3)
+		writes.ReserveN(clock.Now(), 0)
 		r := &ItemOperationReconciler{Client: c, Recorder: record.NewFakeRecorder(10), Clock: clock,
-			SyncFrequency: 10 * time.Second, Releases: rate.NewLimiter(1, 1)}
+			SyncFrequency: 10 * time.Second, Releases: rate.NewLimiter(1, 1), StatusWrites: writes}
 		reconcile := func(name string) (time.Duration, bool) {
 			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "velero", Name: name}})
 			if err != nil {
@@ -417,6 +420,11 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 			if _, ok := r.releaseAt.Load(client.ObjectKey{Namespace: "velero", Name: name}); ok {
 				t.Errorf("%s: its turn is still held after its release", name)
 			}
+		}
+		// The three releases spent the status write budget: progress
+		// writes and releases together stay within it.
+		if left := writes.TokensAt(clock.Now()); left > 0.1 {
+			t.Errorf("%.2f status write tokens left after three releases; want none", left)
 		}
 	})
 

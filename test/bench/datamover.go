@@ -38,6 +38,7 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/proc"
 	"github.com/itemops/itemops/test/veleroenv"
 )
 
@@ -147,7 +148,7 @@ func dataMoverRun(ctx context.Context, root string, cfg config) (*dataMoverResul
 		}
 	}
 	res.timedOut = finalized.count() < len(backups)
-	res.peakRSS = max(res.peakRSS, highWaterMark(p.cmd.Process.Pid))
+	res.peakRSS = max(res.peakRSS, proc.HighWaterMark(p.cmd.Process.Pid))
 	res.cpu, res.pluginCPU = last.cpuSeconds, last.pluginCPU
 	if res.calls, err = progressCalls(p.metricsAddr, dataMoverPlugin); err != nil {
 		return nil, err

@@ -43,6 +43,9 @@ type analysis struct {
 	peakPluginRSS int64
 	launches      int
 	timedOut      bool
+	// releasesAfter: finalizers still held when the run ended, each one
+	// release write still to come; counted in writes["itemoperations"].
+	releasesAfter int
 }
 
 // result is one run's figures.

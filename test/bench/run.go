@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,7 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/proc"
 )
 
 type config struct {
@@ -293,13 +295,21 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 			break
 		}
 	}
-	hwm := highWaterMark(p.cmd.Process.Pid)
+	hwm := proc.HighWaterMark(p.cmd.Process.Pid)
 	p.stop()
 	controlPlane := h.controlPlaneCPU() - controlPlaneBefore
 	writesAfter, err := apiWrites(ctx, h.fast)
 	if err != nil {
 		return nil, err
 	}
+	// Finalizers are released at a pace of their own, after the ends are
+	// written: those still held are writes to come, counted with the rest.
+	held, err := finalizersHeld(ctx, h.c)
+	if err != nil {
+		return nil, err
+	}
+	writes := diff(writesAfter, writesBefore)
+	writes["itemoperations"] += float64(held)
 
 	polls, err := readPolls(h.pollLog)
 	if err != nil {
@@ -310,7 +320,8 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 		return nil, err
 	}
 	return analyse(cfg, t0, ops, backups, finalized.times(), polls, samples, analysis{
-		writes:        diff(writesAfter, writesBefore),
+		writes:        writes,
+		releasesAfter: held,
 		cpuSeconds:    last.cpuSeconds,
 		pluginCPU:     last.pluginCPU,
 		controlPlane:  controlPlane,
@@ -319,6 +330,22 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 		launches:      launches,
 		timedOut:      last.finalizing < len(backups),
 	}), nil
+}
+
+// finalizersHeld counts the ItemOperations that still hold itemops' finalizer.
+func finalizersHeld(ctx context.Context, c client.Client) (int, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(itemopsv1alpha1.GroupVersion.WithKind("ItemOperationList"))
+	if err := c.List(ctx, list, client.InNamespace(envtest.VeleroNamespace)); err != nil {
+		return 0, err
+	}
+	held := 0
+	for _, op := range list.Items {
+		if slices.Contains(op.Finalizers, itemopsv1alpha1.Finalizer) {
+			held++
+		}
+	}
+	return held, nil
 }
 
 func storeIn(dir string) (*sim.Store, error) {
@@ -473,9 +500,9 @@ func scrape(metricsAddr string) {
 // processes.
 func observe(pid int) sample {
 	s := sample{at: time.Now()}
-	s.cpuSeconds, s.rssBytes = procUsage(pid)
-	for _, child := range children(pid) {
-		cpu, rss := procUsage(child)
+	s.cpuSeconds, s.rssBytes = proc.Usage(pid)
+	for _, child := range proc.Children(pid) {
+		cpu, rss := proc.Usage(child)
 		s.pluginCPU += cpu
 		s.pluginRSS += rss
 		s.pluginProcs++
@@ -483,47 +510,11 @@ func observe(pid int) sample {
 	return s
 }
 
-var clockTicks = 100.0 // USER_HZ on Linux
-
-// procUsage reads a process's CPU seconds and resident memory from /proc.
-func procUsage(pid int) (float64, int64) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0
-	}
-	// Fields after the command name, which may hold spaces.
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(fields) < 22 {
-		return 0, 0
-	}
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	rssPages, _ := strconv.ParseInt(fields[21], 10, 64)
-	return (utime + stime) / clockTicks, rssPages * int64(os.Getpagesize())
-}
-
-// highWaterMark is the peak resident memory of a process (VmHWM).
-func highWaterMark(pid int) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
 // controlPlanePIDs finds the API server and etcd that envtest started for
 // this process.
 func controlPlanePIDs() []int {
 	var out []int
-	for _, child := range children(os.Getpid()) {
+	for _, child := range proc.Children(os.Getpid()) {
 		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child))
 		if err != nil {
 			continue
@@ -541,28 +532,10 @@ func controlPlanePIDs() []int {
 func (h *harness) controlPlaneCPU() float64 {
 	total := 0.0
 	for _, pid := range h.controlPlane {
-		cpu, _ := procUsage(pid)
+		cpu, _ := proc.Usage(pid)
 		total += cpu
 	}
 	return total
-}
-
-// children lists the child processes of pid.
-func children(pid int) []int {
-	var out []int
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if child, err := strconv.Atoi(f); err == nil {
-				out = append(out, child)
-			}
-		}
-	}
-	return out
 }
 
 // apiWrites reads the API server's count of write requests, by resource.

@@ -17,21 +17,12 @@ limitations under the License.
 package chaos
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -49,6 +40,7 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/replicas"
 	"github.com/itemops/itemops/test/s3"
 	"github.com/itemops/itemops/test/veleroenv"
 )
@@ -110,11 +102,14 @@ var _ = Describe("itemops under faults", func() {
 		w := newWatcher(env)
 		go w.follow(ctx)
 
-		cl := &cluster{binary: binary, kubeconfig: venv.Kubeconfig, pluginDir: pluginDir, stateDir: stateDir, work: work}
+		cl := &replicas.Cluster{Binary: binary, Work: work, Env: []string{sim.EnvStateDir + "=" + stateDir},
+			Args: []string{"--kubeconfig=" + venv.Kubeconfig, "--mode=manage", "--velero-namespace=" + envtest.VeleroNamespace,
+				"--plugin-dir=" + pluginDir, "--sync-frequency=1s", "--progress-update-interval=2s",
+				"--plugin-call-timeout=2s", "--max-progress-failures=12", "--zap-log-level=debug"}}
 		for i := range 2 {
-			g.Expect(cl.start(i)).To(Succeed())
+			g.Expect(cl.Start(i)).To(Succeed())
 		}
-		DeferCleanup(cl.stopAll)
+		DeferCleanup(func() { cl.StopAll() })
 
 		load := newWorkload(t, env, venv.BucketDir, cfg, rng)
 		start := time.Now()
@@ -156,13 +151,13 @@ var _ = Describe("itemops under faults", func() {
 
 		inv := check(ctx, t, env, venv.BucketDir, load, w)
 		inv.secretInEvents = eventsContaining(ctx, t, env, s3.SecretKey)
-		cl.stopAll()
+		idle := cl.StopAll()
 		// Their plugin processes go with them (a moment later: killed, then reaped).
 		waitFor(10*time.Second, func() bool { return len(pluginProcesses(pluginDir)) == 0 })
 		inv.leftPlugins = pluginProcesses(pluginDir)
-		inv.selfExits = cl.selfExits
+		inv.selfExits = cl.SelfExits()
 		inv.secretInLogs = logsContaining(work, s3.SecretKey)
-		inv.goroutines = cl.idleGoroutines
+		inv.goroutines = idle
 
 		report := result{cfg: cfg, faults: faults, inv: inv, settled: settled, ran: time.Since(start), operations: load.count()}
 		t.Log("\n" + report.markdown())
@@ -247,7 +242,7 @@ func newWorkload(t testing.TB, env *envtest.Environment, bucketDir string, cfg c
 				Status: itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseNew, Created: &created},
 			})
 		}
-		if err := writeFile(bucketDir, name, recs); err != nil {
+		if err := veleroenv.WriteBackupOperations(bucketDir, name, recs); err != nil {
 			t.Fatal(err)
 		}
 		b.Status = velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations,
@@ -259,198 +254,4 @@ func newWorkload(t testing.TB, env *envtest.Environment, bucketDir string, cfg c
 		l.records[name] = recs
 	}
 	return l
-}
-
-func fileOf(bucketDir, backup string) string {
-	return filepath.Join(bucketDir, "backups", backup, backup+"-itemoperations.json.gz")
-}
-
-// writeFile writes an operations file as Velero does: gzipped JSON.
-func writeFile(bucketDir, backup string, recs []*itemoperation.BackupOperation) error {
-	data, err := json.Marshal(recs)
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(data); err != nil {
-		return err
-	}
-	if err := zw.Close(); err != nil {
-		return err
-	}
-	path := fileOf(bucketDir, backup)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, buf.Bytes(), 0o644)
-}
-
-// readFile reads an operations file back.
-func readFile(bucketDir, backup string) ([]*itemoperation.BackupOperation, error) {
-	f, err := os.Open(fileOf(bucketDir, backup))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		return nil, err
-	}
-	var recs []*itemoperation.BackupOperation
-	return recs, json.NewDecoder(zr).Decode(&recs)
-}
-
-// cluster is the itemops replicas.
-type cluster struct {
-	binary, kubeconfig, pluginDir, stateDir, work string
-
-	startMu  sync.Mutex
-	mu       sync.Mutex
-	replicas [2]*replica
-	// stopping: the run is over, exits are not restarted.
-	stopping bool
-	// selfExits: replicas that exited on their own (a lost Lease, the API
-	// server gone too long) and were started again, as a Deployment would.
-	selfExits int
-	// idleGoroutines: each replica's goroutines at the end, idle, against
-	// those of a fresh idle replica (see stopAll).
-	idleGoroutines []string
-}
-
-type replica struct {
-	cmd     *exec.Cmd
-	metrics string
-	done    chan struct{}
-}
-
-// start runs replica i, logging to work/itemops-<i>.log (appended),
-// unless it runs already.
-func (c *cluster) start(i int) error {
-	c.startMu.Lock()
-	defer c.startMu.Unlock()
-	c.mu.Lock()
-	running := c.replicas[i] != nil || c.stopping
-	c.mu.Unlock()
-	if running {
-		return nil
-	}
-	metrics, err := s3.FreeAddress()
-	if err != nil {
-		return err
-	}
-	probes, err := s3.FreeAddress()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(c.binary, "--kubeconfig="+c.kubeconfig, "--mode=manage", "--velero-namespace="+envtest.VeleroNamespace,
-		"--plugin-dir="+c.pluginDir, "--leader-elect", "--sync-frequency=1s", "--progress-update-interval=2s",
-		"--plugin-call-timeout=2s", "--max-progress-failures=12", "--metrics-bind-address="+metrics,
-		"--health-probe-bind-address="+probes, "--credentials-dir="+filepath.Join(c.work, fmt.Sprintf("credentials-%d", i)),
-		"--zap-log-level=debug")
-	cmd.Env = append(os.Environ(), sim.EnvStateDir+"="+c.stateDir)
-	log, err := os.OpenFile(filepath.Join(c.work, fmt.Sprintf("itemops-%d.log", i)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return err
-	}
-	r := &replica{cmd: cmd, metrics: metrics, done: make(chan struct{})}
-	c.mu.Lock()
-	c.replicas[i] = r
-	c.mu.Unlock()
-	go func() {
-		_ = cmd.Wait()
-		log.Close()
-		close(r.done)
-		c.mu.Lock()
-		again := c.replicas[i] == r && !c.stopping
-		if again {
-			c.replicas[i] = nil
-			c.selfExits++
-		}
-		c.mu.Unlock()
-		if again {
-			time.Sleep(time.Second) // the kubelet's restart delay
-			_ = c.start(i)
-		}
-	}()
-	return nil
-}
-
-// kill sends SIGKILL to replica i and waits for it to be gone.
-func (c *cluster) kill(i int) {
-	c.mu.Lock()
-	r := c.replicas[i]
-	c.replicas[i] = nil
-	c.mu.Unlock()
-	if r == nil {
-		return
-	}
-	_ = r.cmd.Process.Kill()
-	<-r.done
-}
-
-// leader is the replica holding the Lease, by its leader_election_master_status metric.
-func (c *cluster) leader() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, r := range c.replicas {
-		if r != nil && metric(r.metrics, "leader_election_master_status") == 1 {
-			return i
-		}
-	}
-	return -1
-}
-
-// stopAll stops every replica as Kubernetes does (SIGTERM), recording
-// first how many goroutines each runs while idle.
-func (c *cluster) stopAll() {
-	c.mu.Lock()
-	replicas := c.replicas
-	c.replicas = [2]*replica{}
-	c.stopping = true
-	c.mu.Unlock()
-	for i, r := range replicas {
-		if r == nil {
-			continue
-		}
-		c.idleGoroutines = append(c.idleGoroutines, fmt.Sprintf("replica %d: %.0f", i, metric(r.metrics, "go_goroutines")))
-		_ = r.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-r.done:
-		case <-time.After(30 * time.Second):
-			_ = r.cmd.Process.Kill()
-			<-r.done
-		}
-	}
-}
-
-// metric reads the first sample of a metric from a replica, -1 when it
-// cannot.
-func metric(address, name string) float64 {
-	hc := http.Client{Timeout: 2 * time.Second}
-	resp, err := hc.Get("http://" + address + "/metrics")
-	if err != nil {
-		return -1
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
-			fields := strings.Fields(line)
-			v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-			if err == nil {
-				return v
-			}
-		}
-	}
-	return -1
 }

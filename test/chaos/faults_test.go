@@ -17,12 +17,10 @@ limitations under the License.
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +32,8 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/proc"
+	"github.com/itemops/itemops/test/replicas"
 )
 
 // The faults, in the order the results list them.
@@ -55,7 +55,7 @@ var faultOrder = []string{faultReplicaKilled, faultLeaderKilled, faultKilledMidW
 // inject runs faults one after another, every 1–3 s, for cfg.duration, in
 // an order drawn from rng; a third of the way in it asks some operations to
 // cancel, and half way it deletes a Backup. It returns how often each happened.
-func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, env *envtest.Environment, cl *cluster, load *workload, w *watcher) map[string]int {
+func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, env *envtest.Environment, cl *replicas.Cluster, load *workload, w *watcher) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
 	end := time.Now().Add(cfg.duration)
@@ -63,7 +63,7 @@ func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, env *
 	faults := faultOrder[:7]
 	restartLater := func(i int) {
 		pause(ctx, rng, 500*time.Millisecond, 2*time.Second)
-		if err := cl.start(i); err != nil {
+		if err := cl.Start(i); err != nil {
 			t.Errorf("restarting replica %d: %v", i, err)
 		}
 	}
@@ -81,14 +81,14 @@ func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, env *
 		switch fault {
 		case faultReplicaKilled:
 			i := rng.IntN(2)
-			cl.kill(i)
+			cl.Kill(i)
 			restartLater(i)
 		case faultLeaderKilled:
-			i := cl.leader()
+			i := cl.Leader()
 			if i < 0 {
 				continue // no leader this moment: an election is under way
 			}
-			cl.kill(i)
+			cl.Kill(i)
 			restartLater(i)
 		case faultKilledMidWrites:
 			select {
@@ -100,14 +100,14 @@ func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, env *
 			case <-time.After(5 * time.Second):
 				continue // nothing written now
 			}
-			i := cl.leader()
+			i := cl.Leader()
 			if i < 0 {
 				continue
 			}
-			cl.kill(i)
+			cl.Kill(i)
 			restartLater(i)
 		case faultPluginsKilled:
-			for _, pid := range pluginPIDs(cl.pluginDir) {
+			for _, pid := range pluginPIDs(pluginDir) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		case faultPluginErrors, faultPluginHangs:
@@ -115,7 +115,7 @@ func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, env *
 			if fault == faultPluginHangs {
 				kind = "hang"
 			}
-			path := filepath.Join(cl.stateDir, sim.FaultFile)
+			path := filepath.Join(stateDir, sim.FaultFile)
 			if err := os.WriteFile(path, []byte(kind), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -133,9 +133,9 @@ func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, env *
 		pause(ctx, rng, time.Second, 3*time.Second)
 	}
 	// Whatever the last fault left behind is repaired.
-	_ = os.Remove(filepath.Join(cl.stateDir, sim.FaultFile))
+	_ = os.Remove(filepath.Join(stateDir, sim.FaultFile))
 	for i := range 2 {
-		if err := cl.start(i); err != nil {
+		if err := cl.Start(i); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -202,26 +202,5 @@ func retrying(ctx context.Context, fn func() error) error {
 
 // pluginPIDs are the running processes of the sample plugin binary.
 func pluginPIDs(pluginDir string) []int {
-	binary := filepath.Join(pluginDir, "sample")
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err != nil || exe != binary {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if i := bytes.LastIndexByte(stat, ')'); err != nil || i < 0 || bytes.HasPrefix(bytes.TrimSpace(stat[i+1:]), []byte("Z")) {
-			continue // exited, not yet reaped
-		}
-		pids = append(pids, pid)
-	}
-	return pids
+	return proc.Running(filepath.Join(pluginDir, "sample"))
 }

@@ -41,6 +41,7 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/veleroenv"
 )
 
 // watcher sees every change of the Backups and ItemOperations, through
@@ -279,7 +280,7 @@ func check(ctx context.Context, t testing.TB, env *envtest.Environment, bucketDi
 		}
 		// Velero's finalizer reads the operations file: it must hold every
 		// operation's end.
-		recs, err := readFile(bucketDir, b.Name)
+		recs, err := veleroenv.ReadBackupOperations(bucketDir, b.Name)
 		if err != nil {
 			inv.fail(&inv.notWrittenBack, "the operations file of Backup %s cannot be read: %v", b.Name, err)
 			continue

@@ -26,7 +26,6 @@ package datamover
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,7 +126,7 @@ func setUp(work string) (stop func(), err error) {
 
 	ctx := context.Background()
 	for release, mode := range map[string]string{"itemops": "manage", "itemops-observe": "observe"} {
-		config, err := chartIdentity(ctx, release, mode)
+		config, err := env.ChartIdentity(ctx, release, "--set", "mode="+mode)
 		if err != nil {
 			return stop, err
 		}
@@ -145,31 +144,4 @@ func setUp(work string) (stop func(), err error) {
 	}
 	stops = append(stops, cluster.Stop)
 	return stop, nil
-}
-
-// chartIdentity applies the ServiceAccount, Roles, ClusterRoles and their
-// bindings that `helm install <release> charts/itemops --set mode=<mode>`
-// creates, and returns a kubeconfig with a token of that ServiceAccount.
-func chartIdentity(ctx context.Context, release, mode string) ([]byte, error) {
-	objs, err := env.RenderChart(release, "--set", "mode="+mode)
-	if err != nil {
-		return nil, err
-	}
-	serviceAccount := ""
-	for _, u := range objs {
-		switch u.GetKind() {
-		case "ServiceAccount":
-			serviceAccount = u.GetName()
-		case "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
-		default:
-			continue
-		}
-		if err := env.Apply(ctx, "helm", u); err != nil {
-			return nil, err
-		}
-	}
-	if serviceAccount == "" {
-		return nil, fmt.Errorf("the chart rendered no ServiceAccount for %s", release)
-	}
-	return env.ServiceAccountKubeconfig(ctx, envtest.VeleroNamespace, serviceAccount)
 }

@@ -54,6 +54,34 @@ func (e *Environment) RenderChart(release string, args ...string) ([]*unstructur
 	return decodeAll(string(out))
 }
 
+// ChartIdentity applies the ServiceAccount, Roles, ClusterRoles and their
+// bindings that `helm install <release> charts/itemops` with args creates,
+// and returns a kubeconfig with a token of that ServiceAccount: itemops run
+// with it may do what the chart grants, and nothing more.
+func (e *Environment) ChartIdentity(ctx context.Context, release string, args ...string) ([]byte, error) {
+	objs, err := e.RenderChart(release, args...)
+	if err != nil {
+		return nil, err
+	}
+	serviceAccount := ""
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "ServiceAccount":
+			serviceAccount = u.GetName()
+		case "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
+		default:
+			continue
+		}
+		if err := e.Apply(ctx, "helm", u); err != nil {
+			return nil, err
+		}
+	}
+	if serviceAccount == "" {
+		return nil, fmt.Errorf("the chart rendered no ServiceAccount for %s", release)
+	}
+	return e.ServiceAccountKubeconfig(ctx, VeleroNamespace, serviceAccount)
+}
+
 // ReadManifests are the objects of YAML files, relative to the repository root.
 func (e *Environment) ReadManifests(paths ...string) ([]*unstructured.Unstructured, error) {
 	var objs []*unstructured.Unstructured

@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,7 +49,10 @@ type Server struct {
 	Address string
 	// Root is the directory the buckets are directories of.
 	Root string
-	cmd  *exec.Cmd
+
+	binary, log string
+	mu          sync.Mutex
+	cmd         *exec.Cmd
 }
 
 // Start builds (once per machine) and runs versitygw over a new directory
@@ -68,30 +72,55 @@ func Start(repoRoot, dir string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(strings.TrimSpace(string(out)), "--port", address, "--access", AccessKey, "--secret", SecretKey, "posix", root)
-	// Its access log is one line per request: kept out of the way, in dir.
-	logFile, err := os.Create(filepath.Join(dir, "versitygw.log"))
-	if err != nil {
+	s := &Server{Address: address, Root: root, binary: strings.TrimSpace(string(out)), log: filepath.Join(dir, "versitygw.log")}
+	if err := s.run(); err != nil {
 		return nil, err
+	}
+	return s, nil
+}
+
+// run starts the server on its address and waits until it listens.
+func (s *Server) run() error {
+	cmd := exec.Command(s.binary, "--port", s.Address, "--access", AccessKey, "--secret", SecretKey, "posix", s.Root)
+	// Its access log is one line per request: kept out of the way, in dir.
+	logFile, err := os.OpenFile(s.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
 	}
 	defer logFile.Close()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting versitygw: %w", err)
+		return fmt.Errorf("starting versitygw: %w", err)
 	}
-	s := &Server{Address: address, Root: root, cmd: cmd}
-	if err := waitForPort(address, 30*time.Second); err != nil {
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	if err := waitForPort(s.Address, 30*time.Second); err != nil {
 		s.Stop()
-		return nil, fmt.Errorf("versitygw: %w", err)
+		return fmt.Errorf("versitygw: %w", err)
 	}
-	return s, nil
+	return nil
 }
 
 // Stop ends the server.
 func (s *Server) Stop() {
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+}
+
+// Outage stops the server, as a bucket that cannot be reached, for down,
+// then starts it again on the same address over the same files.
+func (s *Server) Outage(down time.Duration) error {
+	s.Stop()
+	time.Sleep(down)
+	return s.run()
 }
 
 // Bucket creates a bucket and returns its directory.

@@ -164,6 +164,10 @@ func Setup(env *envtest.Environment, work, pluginDir string, cachedOnly bool) (e
 	return e, stop, nil
 }
 
+// StorageOutage makes the bucket unreachable for down: versitygw is
+// stopped, then started again on the same address over the same files.
+func (e *Env) StorageOutage(down time.Duration) error { return e.server.Outage(down) }
+
 // Binary returns the path of a binary hack/cached-binary.sh builds
 // (velero, velero-plugin-for-aws, versitygw), building it if need be.
 func Binary(root, name string) (string, error) { return cached(root, name, false) }
