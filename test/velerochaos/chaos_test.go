@@ -183,11 +183,17 @@ func (v *veleroServer) start() {
 	v.mu.Unlock()
 }
 
+// kill ends the server as the end of its container does: its plugin
+// processes go with it.
 func (v *veleroServer) kill() {
 	v.mu.Lock()
 	p := v.p
 	v.mu.Unlock()
+	plugins := proc.Children(p.Cmd.Process.Pid)
 	p.Stop(syscall.SIGKILL)
+	for _, pid := range plugins {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
 }
 
 // workload starts Backups of application namespaces through the first 60%
