@@ -5,7 +5,7 @@
 #   LABELS     a Ginkgo label filter, e.g. velero or 'envtest && !slow'
 #   FOCUS      a regular expression on the specs' descriptions
 #   ARTIFACTS  where the JUnit reports go (default: _artifacts), one per suite
-#   RACE       0 to build without the race detector (default: 1)
+#   RACE       1 to build with the race detector (default: 0; see docs/testing.md)
 #   PACKAGES   the packages to look at (default: ./...)
 #
 # With LABELS or FOCUS set, only Ginkgo suites run: the plain packages have no
@@ -21,7 +21,7 @@ cd "$root"
 LABELS="${LABELS:-}"
 FOCUS="${FOCUS:-}"
 ARTIFACTS="${ARTIFACTS:-$root/_artifacts}"
-RACE="${RACE:-1}"
+RACE="${RACE:-0}"
 PACKAGES="${PACKAGES:-./...}"
 ginkgo=(go tool -modfile="$root/hack/tools/go.mod" ginkgo)
 
