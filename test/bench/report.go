@@ -77,8 +77,11 @@ type result struct {
 	writesPerOp     float64
 	pollsPerOp      float64
 	callsPerSecondT []float64 // per second since t0
-	detections      []time.Duration
-	parents         []time.Duration
+	// late says when the polls that came after the interval came, and how
+	// many operations completed then; empty when none did.
+	late       string
+	detections []time.Duration
+	parents    []time.Duration
 }
 
 func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.Backup, finalized map[string]time.Time,
@@ -117,6 +120,7 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 	// and the poll that saw it complete, an operation should never wait
 	// longer than the sync interval.
 	gaps, onTime, firstPolls, waits := 0, 0, []time.Duration{}, []time.Duration{}
+	var late []time.Duration // since t0, of the polls that came after the interval
 	for _, op := range ops {
 		ps := polls[op.id]
 		if len(ps) == 0 {
@@ -131,6 +135,8 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 			waits = append(waits, ps[i].at.Sub(ps[i-1].at))
 			if ps[i].at.Sub(ps[i-1].at) <= cfg.sync {
 				onTime++
+			} else {
+				late = append(late, ps[i].at.Sub(t0))
 			}
 		}
 	}
@@ -139,6 +145,7 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 	}
 	_, r.firstPollP99, r.firstPollMax = percentiles(firstPolls)
 	_, r.waitP99, r.waitMax = percentiles(waits)
+	r.late = describeLate(late, ops, t0)
 
 	// Parent latency: from the detection of its last operation to Finalizing.
 	var parents []time.Duration
@@ -252,7 +259,38 @@ func (r *result) summary() string {
 	}
 	return fmt.Sprintf("bench: %d ops%s, %s polling: %.0f Progress calls/s (%.1f per operation), %.1f%% of polls within the interval (wait p99 %s, max %s), detection p50 %s p99 %s, parent p50 %s p99 %s, %.2f API writes/op, CPU %.1fs (API server and etcd %.1fs), cores busy while all ran: %s, peak RSS %s, %d plugin launches%s",
 		r.cfg.ops, shape, r.cfg.polling, r.callsPerSecond, float64(r.calls)/float64(r.cfg.ops), 100*r.polledShare, round(r.waitP99), round(r.waitMax), round(r.detectionP50), round(r.detectionP99), round(r.parentP50), round(r.parentP99),
-		r.writesPerOp, r.cpuSeconds, r.controlPlane, r.busy, mib(r.peakRSS), r.launches, timedOut(r.timedOut))
+		r.writesPerOp, r.cpuSeconds, r.controlPlane, r.busy, mib(r.peakRSS), r.launches, timedOut(r.timedOut)) + r.late
+}
+
+// lateWindow is the span describeLate looks for the most late polls in.
+const lateWindow = 10 * time.Second
+
+// describeLate says when the late polls (since t0) came: how many, from
+// when to when, and the lateWindow holding most of them with the number of
+// operations that completed in it, for the reader to tell a wave of ends
+// from a steady shortfall.
+func describeLate(late []time.Duration, ops []operation, t0 time.Time) string {
+	if len(late) == 0 {
+		return ""
+	}
+	slices.Sort(late)
+	best, from := 0, late[0]
+	for i, j := 0, 0; i < len(late); i++ {
+		for late[i]-late[j] > lateWindow {
+			j++
+		}
+		if i-j+1 > best {
+			best, from = i-j+1, late[j]
+		}
+	}
+	ended := 0
+	for _, op := range ops {
+		if at := op.completes.Sub(t0); at >= from && at <= from+lateWindow {
+			ended++
+		}
+	}
+	return fmt.Sprintf("; %d polls came after the interval, from %s to %s after the start, most (%d) within %s of %s, while %d operations completed",
+		len(late), late[0].Round(time.Second), late[len(late)-1].Round(time.Second), best, lateWindow, from.Round(time.Second), ended)
 }
 
 func timedOut(b bool) string {

@@ -36,7 +36,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
-	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/test/envtest"
@@ -287,7 +286,7 @@ func check(ctx context.Context, t testing.TB, env *envtest.Environment, bucketDi
 		}
 		for _, rec := range recs {
 			ops := byID[rec.Spec.OperationID]
-			if len(ops) == 0 || !writtenAs(rec.Status.Phase, ops[0].Status.Phase) {
+			if len(ops) == 0 || !veleroenv.WrittenAs(rec.Status.Phase, ops[0].Status.Phase) {
 				inv.fail(&inv.notWrittenBack, "Backup %s: the file records operation %s as %q", b.Name, rec.Spec.OperationID, rec.Status.Phase)
 			}
 		}
@@ -302,14 +301,6 @@ func phaseIn(p itemopsv1alpha1.OperationPhase, in []itemopsv1alpha1.OperationPha
 		}
 	}
 	return false
-}
-
-// writtenAs: Velero's file has no Canceled; a canceled operation is Failed there.
-func writtenAs(file itemoperation.OperationPhase, op itemopsv1alpha1.OperationPhase) bool {
-	if op == itemopsv1alpha1.OperationPhaseCanceled {
-		return file == itemoperation.OperationPhaseFailed
-	}
-	return string(file) == string(op)
 }
 
 // pluginProcesses are the sample plugin processes still running.

@@ -324,13 +324,14 @@ var _ = Describe("A Backup with data movement", func() {
 		g.Eventually(func(g Gomega) map[string]itemopsv1alpha1.OperationPhase { return phases(operationsOf(g, final.UID)) },
 			30*time.Second, 250*time.Millisecond).Should(HaveEach(itemopsv1alpha1.OperationPhaseCompleted))
 
-		records := map[string]itemoperation.BackupOperation{}
+		records := map[string]*itemoperation.BackupOperation{}
 		for _, rec := range operationsFile(g, b.Name) {
 			records[rec.Spec.OperationID] = rec
 		}
 		uploads := dataUploads(g, b)
 		for pvc, op := range operationsOf(g, final.UID) {
 			rec := records[op.Spec.OperationID]
+			g.Expect(rec).NotTo(BeNil(), "%s is in Velero's operations file", pvc)
 			g.Expect(rec.Status.Phase).To(Equal(itemoperation.OperationPhaseCompleted), "Velero's controller saw it complete")
 			g.Expect(op.Status.NCompleted).To(Equal(rec.Status.NCompleted), pvc)
 			g.Expect(op.Status.NTotal).To(Equal(rec.Status.NTotal), pvc)

@@ -18,12 +18,9 @@ package datamover
 
 import (
 	"bufio"
-	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -191,15 +188,10 @@ func dataUploads(g Gomega, b *velerov1api.Backup) map[string]velerov2alpha1.Data
 }
 
 // operationsFile reads a backup's operations file straight from the bucket's directory.
-func operationsFile(g Gomega, backup string) []itemoperation.BackupOperation {
-	f, err := os.Open(filepath.Join(velero.BucketDir, "backups", backup, backup+"-itemoperations.json.gz"))
+func operationsFile(g Gomega, backup string) []*itemoperation.BackupOperation {
+	recs, err := veleroenv.ReadBackupOperations(velero.BucketDir, backup)
 	g.Expect(err).NotTo(HaveOccurred())
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	g.Expect(err).NotTo(HaveOccurred())
-	var ops []itemoperation.BackupOperation
-	g.Expect(json.NewDecoder(gz).Decode(&ops)).To(Succeed())
-	return ops
+	return recs
 }
 
 // eventsOf returns the reasons and messages of the Events about an object.

@@ -238,18 +238,10 @@ func (inv *invariants) parent(p parent, ops []itemopsv1alpha1.ItemOperation) {
 		switch {
 		case !ok:
 			inv.fail(&inv.lost, "operation %s of %s %s is in its file but has no ItemOperation", id, p.kind, p.name)
-		case !writtenAs(p.records[id], got):
+		case !veleroenv.WrittenAs(p.records[id], got):
 			inv.fail(&inv.fileDisagrees, "operation %s of %s %s is %q in its file and %q as an ItemOperation", id, p.kind, p.name, p.records[id], got)
 		}
 	}
-}
-
-// writtenAs: Velero's operations file knows no Canceled, which it reads as Failed.
-func writtenAs(file itemoperation.OperationPhase, op itemopsv1alpha1.OperationPhase) bool {
-	if op == itemopsv1alpha1.OperationPhaseCanceled {
-		return file == itemoperation.OperationPhaseFailed
-	}
-	return string(file) == string(op)
 }
 
 func backupEnded(phase velerov1api.BackupPhase) bool {

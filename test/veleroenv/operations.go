@@ -24,6 +24,8 @@ import (
 	"path/filepath"
 
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 )
 
 // BackupOperationsFile is where a backup's operations file lies in the
@@ -88,4 +90,14 @@ func ReadRestoreOperations(bucketDir, restore string) ([]*itemoperation.RestoreO
 	}
 	var recs []*itemoperation.RestoreOperation
 	return recs, json.NewDecoder(zr).Decode(&recs)
+}
+
+// WrittenAs says whether an operations file's phase is how Velero's file
+// records an ItemOperation's phase: the file knows no Canceled, which
+// Velero reads as Failed.
+func WrittenAs(file itemoperation.OperationPhase, op itemopsv1alpha1.OperationPhase) bool {
+	if op == itemopsv1alpha1.OperationPhaseCanceled {
+		return file == itemoperation.OperationPhaseFailed
+	}
+	return string(file) == string(op)
 }
