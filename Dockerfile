@@ -1,6 +1,6 @@
-# Builds the itemops manager image: a static binary on distroless, non-root.
-# `make test` builds the same binary the same way (test/image), since an
-# image cannot be built everywhere the tests run.
+# Builds the itemops manager image with a Docker engine: a static binary on
+# distroless, non-root. `make image` builds the same image without one
+# (hack/image.sh); test/image checks that both build the manager alike.
 FROM golang:1.26 AS builder
 ARG TARGETOS
 ARG TARGETARCH
@@ -17,6 +17,14 @@ RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpat
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o cp-plugin ./cmd/cp-plugin
 
 FROM gcr.io/distroless/static:nonroot
+ARG VERSION=dev
+ARG REVISION=
+LABEL org.opencontainers.image.title="itemops" \
+      org.opencontainers.image.description="Follows the asynchronous operations of Velero's plugins as ItemOperations" \
+      org.opencontainers.image.source="https://github.com/itemops/itemops" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
 WORKDIR /
 COPY --from=builder /workspace/itemops .
 # Run by init containers to copy plugin binaries out of images without a cp

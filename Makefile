@@ -67,15 +67,18 @@ ARTIFACTS ?= $(CURDIR)/_artifacts
 .PHONY: test
 test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suites included (LABELS=, FOCUS= run a subset; JUnit reports in _artifacts/).
 	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws, velero,
-	@# versitygw, helm) are built once per machine; build them while the checks run.
+	@# versitygw, helm) are built once per machine, and the pinned promtool and
+	@# image builder compiled; build them while the checks run.
 	assets_out="$$(mktemp)"; trap 'rm -f "$$assets_out"' EXIT; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
 	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \
 	  hack/cached-binary.sh versitygw > /dev/null & s3=$$!; \
 	  hack/cached-binary.sh helm > /dev/null & helm=$$!; \
 	  hack/envtest-assets.sh > "$$assets_out" & assets=$$!; \
+	  go -C hack/tools/prometheus build -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
+	  go -C hack/tools/image build -o /dev/null . & image=$$!; \
 	  $(MAKE) --no-print-directory verify vet; \
-	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$assets; \
+	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$assets; wait $$promtool; wait $$image; \
 	  KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh
 
 .PHONY: test-e2e
@@ -128,13 +131,21 @@ krew: ## Build the kubectl plugin's archives for linux and darwin, amd64 and arm
 run: ## Run the manager from your host against the cluster of your kubeconfig.
 	go run . $(RUN_ARGS)
 
+.PHONY: image
+image: ## Build the manager image without a Docker engine into bin/image/: an OCI image layout (oci/, linux/amd64 and linux/arm64) and a tarball for docker load (itemops.tar), named $(IMG).
+	OUT="$(CURDIR)/bin/image" IMG="$(IMG)" VERSION="$(VERSION)" hack/image.sh
+
 .PHONY: docker-build
-docker-build: ## Build the container image (needs a Docker engine).
-	docker build -t $(IMG) .
+docker-build: ## Build the container image with a Docker engine (the Dockerfile; make image needs none).
+	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION="$$(git rev-parse HEAD)" -t $(IMG) .
 
 .PHONY: build-installer
 build-installer: ## Write dist/install.yaml: everything config/default installs, with the image $(IMG), in one file for GitOps.
 	hack/build-installer.sh "$(IMG)" > dist/install.yaml
+
+.PHONY: release
+release: ## Write a release into dist/$(VERSION)/: install.yaml, the helm chart, kubectl-itemops for linux/darwin amd64/arm64 and its krew manifest, the image (OCI layout and docker tarball), release notes and SHA256SUMS (VERSION=v0.1.0).
+	hack/release.sh "$(VERSION)"
 
 ##@ Deployment
 
@@ -156,6 +167,11 @@ undeploy: ## Remove what deploy created.
 
 ##@ Demo
 
+# DEMO=synthetic shows itemops without the real Velero (nothing to build but
+# kube-apiserver and etcd); DEMO_ARGS are passed on (go run ./hack/demo -h).
+DEMO ?= real
+
 .PHONY: demo
-demo: ## Run itemops end to end on a local control plane with sample plugins (Ctrl-C ends it).
-	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go run ./hack/demo $(DEMO_ARGS)
+demo: ## Run the real Velero and itemops end to end on a local control plane, building what they need the first time (DEMO=synthetic: without Velero). Ctrl-C ends it.
+	@echo "==> compiling the demo (the first time on a machine: a few minutes)"
+	@go run ./hack/demo -flow=$(DEMO) $(DEMO_ARGS)

@@ -134,7 +134,13 @@ func main() {
 		Namespace:   opts.VeleroNamespace,
 		Args:        append(kubeconfigArg(), opts.PluginArgs...),
 	})
-	plugins.Discover(ctrl.LoggerInto(context.Background(), log))
+	discovered := plugins.Discover(ctrl.LoggerInto(context.Background(), log))
+	for _, p := range discovered.OperationPlugins() {
+		metrics.Plugin(p.Kind, p.Name)
+	}
+	for _, binary := range discovered.Binaries() {
+		metrics.PluginBinary(binary)
+	}
 	if err := mgr.Add(plugins); err != nil {
 		log.Error(err, "adding the plugin manager")
 		os.Exit(1)

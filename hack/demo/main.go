@@ -18,20 +18,23 @@ limitations under the License.
 // a local kube-apiserver and etcd, Velero's CRDs and ours, the sample
 // plugins, and the itemops manager in manage mode.
 //
-// When the real Velero is built (velero server, velero-plugin-for-aws and
-// versitygw in the machine's cache, as `make test` leaves them), it runs
-// them too and backs up a namespace whose items the sample data mover
-// uploads asynchronously (one upload fails) and whose PVCs Velero's own CSI
-// data mover moves (velero.io/csi-pvc-backupper, served by the velero binary
-// in itemops' plugin directory; the CSI snapshot controller and node-agent
-// are played by package csisim): Velero starts the uploads, itemops reads
-// them from the bucket, polls them and writes them back, and Velero's
-// finalizer ends the Backup PartiallyFailed. Otherwise it creates a
-// Backup as Velero would leave it, with its ItemOperations, and a stand-in
-// for Velero's finalizer ends it once itemops has moved it to
-// FinalizingPartiallyFailed. Either way the progress is drawn live by the
-// view of `kubectl itemops watch` (package view), and everything keeps
-// running for you to inspect until Ctrl-C.
+// By default (-flow=real, `make demo`) it runs the real Velero too, building
+// it first on a machine that has not yet (velero server, velero-plugin-for-aws
+// and versitygw, into the machine's cache that `make test` shares), side by
+// side with everything else it needs and showing how long each takes. It
+// backs up a namespace whose items the sample data mover uploads
+// asynchronously (one upload fails) and whose PVCs Velero's own CSI data
+// mover moves (velero.io/csi-pvc-backupper, served by the velero binary in
+// itemops' plugin directory; the CSI snapshot controller and node-agent are
+// played by package csisim): Velero starts the uploads, itemops reads them
+// from the bucket, polls them and writes them back, and Velero's finalizer
+// ends the Backup PartiallyFailed. With -flow=synthetic (`make demo
+// DEMO=synthetic`) it creates a Backup as Velero would leave it, with its
+// ItemOperations, and a stand-in for Velero's finalizer ends it once itemops
+// has moved it to FinalizingPartiallyFailed. Either way the progress is drawn
+// live by the view of `kubectl itemops watch` (package view), and
+// everything keeps running for you to inspect until Ctrl-C, which stops it
+// all, removes its files and exits 0.
 package main
 
 import (
@@ -89,28 +92,72 @@ func main() {
 	// Library logs would tear the live view; the demo says what matters.
 	klog.SetLogger(logr.Discard())
 	ctrllog.SetLogger(logr.Discard())
+	flow := flag.String("flow", "real", "real: the real velero server backs up a namespace, building Velero, its AWS plugin and versitygw first if this machine has not; synthetic: a Backup as Velero leaves it, without Velero")
 	exitWhenDone := flag.Bool("exit-when-done", false, "stop once the Backup reaches Finalizing*, instead of waiting for Ctrl-C")
 	flag.Parse()
+	if *flow != "real" && *flow != "synthetic" {
+		fmt.Fprintf(os.Stderr, "demo: unknown flow %q: real or synthetic (make demo DEMO=synthetic)\n", *flow)
+		os.Exit(2)
+	}
+	restore := takeTerminal()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *exitWhenDone); err != nil {
+	err := run(ctx, *flow == "real", *exitWhenDone)
+	interrupted := ctx.Err() != nil || errors.Is(err, errStopped)
+	stop()
+	restore()
+	switch {
+	case interrupted:
+		// Whatever failed, failed because it was stopped.
+		fmt.Println("demo: stopped; everything it started has ended and its files are removed")
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, exitWhenDone bool) error {
+// errStopped: the live view was left with Ctrl-C or q.
+var errStopped = errors.New("stopped")
+
+func run(ctx context.Context, real, exitWhenDone bool) error {
 	work, err := os.MkdirTemp("", "itemops-demo-")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(work) }()
 
-	say("starting a local kube-apiserver and etcd with Velero's, itemops' and the CSI snapshot CRDs")
 	root, err := envtest.RepoRoot()
 	if err != nil {
 		return err
 	}
+	pluginDir, stateDir := filepath.Join(work, "plugins"), filepath.Join(work, "plugin-state")
+	binary := filepath.Join(work, "itemops")
+	kubectlItemops := filepath.Join(work, "bin", "kubectl-itemops")
+	builds := []*build{
+		{what: "itemops", cmd: []string{"go", "build", "-o", binary, "."}},
+		{what: "kubectl-itemops", cmd: []string{"go", "build", "-o", kubectlItemops, "./cmd/kubectl-itemops"}},
+		{what: "the sample plugins", cmd: []string{"go", "build", "-o", pluginDir + string(os.PathSeparator), "./test/plugins/sample"}},
+		{what: "kube-apiserver and etcd", cmd: []string{"hack/envtest-assets.sh"}, env: "KUBEBUILDER_ASSETS"},
+	}
+	if real {
+		say("building what the demo runs, side by side: Velero v1.18.3, its AWS plugin, versitygw, kube-apiserver and etcd come from the Go module proxy the first time on a machine (minutes; kept in ~/.cache/itemops, ready at once after)")
+		builds = append(builds,
+			&build{what: "velero v1.18.3", cmd: []string{"hack/cached-binary.sh", "velero"}},
+			&build{what: "velero-plugin-for-aws", cmd: []string{"hack/cached-binary.sh", "velero-plugin-for-aws"}},
+			&build{what: "versitygw (S3)", cmd: []string{"hack/cached-binary.sh", "versitygw"}})
+	} else {
+		say("building what the demo runs, side by side: kube-apiserver and etcd come from the Go module proxy the first time on a machine (minutes; kept in ~/.cache/itemops, ready at once after)")
+	}
+	if err := buildAll(ctx, os.Stdout, root, work, builds); err != nil {
+		if real && ctx.Err() == nil {
+			err = fmt.Errorf("%w\n`make demo DEMO=synthetic` shows itemops without the real Velero", err)
+		}
+		return err
+	}
+	if err := os.Setenv(sim.EnvStateDir, stateDir); err != nil {
+		return err
+	}
+
+	say("starting a local kube-apiserver and etcd with Velero's, itemops' and the CSI snapshot CRDs")
 	snapshotCRDs, err := csisim.CRDs(root)
 	if err != nil {
 		return err
@@ -119,10 +166,7 @@ func run(ctx context.Context, exitWhenDone bool) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		say("stopping the control plane")
-		_ = env.Stop()
-	}()
+	defer func() { _ = env.Stop() }()
 	kubeconfig, err := env.Kubeconfig()
 	if err != nil {
 		return err
@@ -132,37 +176,19 @@ func run(ctx context.Context, exitWhenDone bool) error {
 		return err
 	}
 
-	say("building itemops, kubectl-itemops and the sample plugins")
-	pluginDir, stateDir := filepath.Join(work, "plugins"), filepath.Join(work, "plugin-state")
-	binary := filepath.Join(work, "itemops")
-	if err := goBuild(env.RepoRoot, "-o", binary, "."); err != nil {
-		return err
-	}
-	if err := goBuild(env.RepoRoot, "-o", pluginDir+string(os.PathSeparator), "./test/plugins/sample"); err != nil {
-		return err
-	}
-	kubectlItemops := filepath.Join(work, "bin", "kubectl-itemops")
-	if err := goBuild(env.RepoRoot, "-o", kubectlItemops, "./cmd/kubectl-itemops"); err != nil {
-		return err
-	}
-	if err := os.Setenv(sim.EnvStateDir, stateDir); err != nil {
-		return err
-	}
-
-	say("looking for the real Velero in the machine's cache")
-	velero, stopVelero, err := veleroenv.Setup(env, work, pluginDir, true)
-	defer stopVelero()
-	real := err == nil
 	// itemops' plugin directory is its own: Velero's plugins and the velero
 	// binary, which serves Velero's built-in ones (Velero's own directory
 	// must not hold it).
 	itemopsPluginDir := pluginDir
-	switch {
-	case errors.Is(err, veleroenv.ErrNotBuilt):
-		say(fmt.Sprintf("%v\n    showing a Backup as Velero leaves it instead; `make test` builds the real Velero once (about 5 minutes)", err))
-	case err != nil:
-		return err
-	default:
+	var velero *veleroenv.Env
+	if real {
+		say("starting versitygw with Velero's bucket, and Velero's objects")
+		var stopVelero func()
+		velero, stopVelero, err = veleroenv.Setup(env, work, pluginDir, true)
+		defer stopVelero()
+		if err != nil {
+			return err
+		}
 		kubeconfigPath = velero.Kubeconfig
 		if itemopsPluginDir, err = ownPluginDir(work, pluginDir, velero.Velero); err != nil {
 			return err
@@ -242,8 +268,9 @@ func run(ctx context.Context, exitWhenDone bool) error {
 		return err
 	}
 	if code == view.ExitInterrupted {
+		// Ctrl-C or q in the live view, which reads keys itself.
 		fmt.Println()
-		return nil
+		return errStopped
 	}
 	b := &velerov1api.Backup{}
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(backup), b); err != nil {
@@ -288,13 +315,6 @@ func startLogged(logPath string, command func() (*exec.Cmd, error)) (stop func()
 }
 
 func say(msg string) { fmt.Println("==> " + msg) }
-
-func goBuild(dir string, args ...string) error {
-	cmd := exec.Command("go", append([]string{"build"}, args...)...)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	return cmd.Run()
-}
 
 // ownPluginDir makes itemops' plugin directory: links to what Velero's holds,
 // and to the velero binary.

@@ -24,6 +24,7 @@ package metrics
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,14 +90,50 @@ func MustRegister(registry prometheus.Registerer, reader client.Reader, namespac
 		&stateCollector{reader: reader, namespace: namespace})
 }
 
+// started holds the plugins (pluginKey) and binaries (string) whose series
+// Plugin and PluginBinary have started at zero.
+var started sync.Map
+
+// Plugin starts at zero the series of a plugin that alerts compare over
+// time: its Progress calls by result and its operation durations by final
+// phase. Prometheus reads a series that first appears at 1 as one that was
+// always 1, so without its zero, increase() and rate() would not count a
+// plugin's first failure since itemops started. itemops calls it for every
+// plugin discovery finds that can start operations, and for any other
+// plugin the first time one of its operations is polled, cancelled or ends.
+func Plugin(kind itemopsv1alpha1.PluginKind, plugin string) {
+	if _, done := started.LoadOrStore(pluginKey{string(kind), plugin}, true); done {
+		return
+	}
+	for _, result := range []string{ResultOK, ResultOperationFailed, ResultPluginError, ResultInvalidOperation,
+		ResultNotSupported, ResultPluginNotFound, ResultTransport, ResultLocation} {
+		progressCalls.WithLabelValues(string(kind), plugin, result)
+	}
+	for _, phase := range []itemopsv1alpha1.OperationPhase{itemopsv1alpha1.OperationPhaseCompleted,
+		itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseCanceled} {
+		operationDuration.WithLabelValues(string(kind), plugin, string(phase))
+	}
+}
+
+// PluginBinary starts a plugin binary's restart count at zero, for the
+// reason Plugin gives: the first restarts are then counted too.
+func PluginBinary(binary string) {
+	if _, done := started.LoadOrStore(binary, true); done {
+		return
+	}
+	pluginRestarts.WithLabelValues(binary)
+}
+
 // ProgressCall records one Progress call.
 func ProgressCall(kind itemopsv1alpha1.PluginKind, plugin, result string, took time.Duration) {
+	Plugin(kind, plugin)
 	progressCalls.WithLabelValues(string(kind), plugin, result).Inc()
 	progressCallDuration.WithLabelValues(string(kind), plugin).Observe(took.Seconds())
 }
 
 // CancelCall records one Cancel call, or an attempt that could not reach the plugin.
 func CancelCall(kind itemopsv1alpha1.PluginKind, plugin, reason, result string) {
+	Plugin(kind, plugin)
 	cancelCalls.WithLabelValues(string(kind), plugin, reason, result).Inc()
 }
 
@@ -105,13 +142,17 @@ func OperationFinished(op *itemopsv1alpha1.ItemOperation) {
 	if op.Status.Created == nil || op.Status.CompletionTimestamp == nil {
 		return
 	}
+	Plugin(op.Spec.Plugin.Kind, op.Spec.Plugin.Name)
 	took := op.Status.CompletionTimestamp.Sub(op.Status.Created.Time)
 	operationDuration.WithLabelValues(string(op.Spec.Plugin.Kind), op.Spec.Plugin.Name, string(op.Status.Phase)).
 		Observe(max(took, 0).Seconds())
 }
 
 // PluginRestarted records a plugin process started again after it died.
-func PluginRestarted(binary string) { pluginRestarts.WithLabelValues(binary).Inc() }
+func PluginRestarted(binary string) {
+	PluginBinary(binary)
+	pluginRestarts.WithLabelValues(binary).Inc()
+}
 
 var (
 	operationsDesc = prometheus.NewDesc("itemops_operations",
@@ -177,16 +218,21 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			phase = string(itemopsv1alpha1.OperationPhaseNew)
 		}
 		phases[phaseKey{pk, string(op.Spec.Parent.Kind), phase}]++
+		// Every plugin with operations has the unfinished gauges, at 0 once
+		// all have ended: a dashboard then shows 0, not "no data".
+		stalled[pk] += 0
+		bytes := progress.IsBytes(op.Status.OperationUnits)
+		if bytes {
+			done[pk] += 0
+			total[pk] += 0
+		}
 		if op.Status.Phase.IsTerminal() {
 			continue
-		}
-		if _, ok := stalled[pk]; !ok {
-			stalled[pk] = 0
 		}
 		if meta.IsStatusConditionTrue(op.Status.Conditions, itemopsv1alpha1.ConditionStalled) {
 			stalled[pk]++
 		}
-		if progress.IsBytes(op.Status.OperationUnits) {
+		if bytes {
 			done[pk] += float64(op.Status.NCompleted)
 			total[pk] += float64(op.Status.NTotal)
 		}

@@ -22,7 +22,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,6 +60,9 @@ func TestStateIsComputedFromTheOperations(t *testing.T) {
 			itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseCompleted, NCompleted: 7, NTotal: 7, OperationUnits: "Bytes"}),
 		operation("d", "velero", itemopsv1alpha1.PluginKindVolumeSnapshotter, "example.io/disks",
 			itemopsv1alpha1.ItemOperationStatus{NCompleted: 3, NTotal: 4, OperationUnits: "Snapshots"}),
+		// Every operation of this plugin has ended: its gauges are 0.
+		operation("f", "velero", itemopsv1alpha1.PluginKindBackupItemAction, "example.io/done",
+			itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseCompleted, NCompleted: 9, NTotal: 9, OperationUnits: "Bytes"}),
 		// Another namespace is not this installation's.
 		operation("e", "other", itemopsv1alpha1.PluginKindBackupItemAction, "example.io/mover",
 			itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseFailed}),
@@ -66,18 +71,22 @@ func TestStateIsComputedFromTheOperations(t *testing.T) {
 	want := `
 # HELP itemops_operations ItemOperations by plugin, parent kind and phase.
 # TYPE itemops_operations gauge
+itemops_operations{parent_kind="Backup",phase="Completed",plugin="example.io/done",plugin_kind="BackupItemAction"} 1
 itemops_operations{parent_kind="Backup",phase="Completed",plugin="example.io/mover",plugin_kind="BackupItemAction"} 1
 itemops_operations{parent_kind="Backup",phase="InProgress",plugin="example.io/mover",plugin_kind="BackupItemAction"} 2
 itemops_operations{parent_kind="Backup",phase="New",plugin="example.io/disks",plugin_kind="VolumeSnapshotter"} 1
 # HELP itemops_operations_stalled Unfinished ItemOperations whose progress has not moved for the stall period (condition Stalled=True), by plugin.
 # TYPE itemops_operations_stalled gauge
 itemops_operations_stalled{plugin="example.io/disks",plugin_kind="VolumeSnapshotter"} 0
+itemops_operations_stalled{plugin="example.io/done",plugin_kind="BackupItemAction"} 0
 itemops_operations_stalled{plugin="example.io/mover",plugin_kind="BackupItemAction"} 1
 # HELP itemops_operation_bytes_done Bytes moved so far by unfinished operations that count in bytes, by plugin.
 # TYPE itemops_operation_bytes_done gauge
+itemops_operation_bytes_done{plugin="example.io/done",plugin_kind="BackupItemAction"} 0
 itemops_operation_bytes_done{plugin="example.io/mover",plugin_kind="BackupItemAction"} 15
 # HELP itemops_operation_bytes_total Bytes to move in all by unfinished operations that count in bytes, by plugin.
 # TYPE itemops_operation_bytes_total gauge
+itemops_operation_bytes_total{plugin="example.io/done",plugin_kind="BackupItemAction"} 0
 itemops_operation_bytes_total{plugin="example.io/mover",plugin_kind="BackupItemAction"} 150
 # HELP itemops_operations_scrape_error 1 when the ItemOperations could not be listed for this scrape.
 # TYPE itemops_operations_scrape_error gauge
@@ -100,4 +109,74 @@ itemops_operations_scrape_error 1
 	if err := testutil.CollectAndCompare(&stateCollector{reader: failing, namespace: "velero"}, strings.NewReader(wantErr)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A plugin's series start at zero so that its first failure counts in
+// increase() and rate() (test/monitoring's alert tests assume it), and a call is then
+// counted once, in its own result.
+func TestAPluginsSeriesStartAtZero(t *testing.T) {
+	const kind, plugin = itemopsv1alpha1.PluginKindRestoreItemAction, "example.io/zero"
+	if got := seriesWith(t, progressCalls, map[string]string{"plugin": plugin}); got != 0 {
+		t.Fatalf("%d Progress call series of a plugin never seen, want 0", got)
+	}
+	Plugin(kind, plugin)
+	if got := seriesWith(t, progressCalls, map[string]string{"plugin": plugin}); got != 8 {
+		t.Errorf("%d Progress call series, want one per result (8)", got)
+	}
+	for _, result := range []string{ResultOK, ResultOperationFailed, ResultPluginError, ResultInvalidOperation,
+		ResultNotSupported, ResultPluginNotFound, ResultTransport, ResultLocation} {
+		if got := testutil.ToFloat64(progressCalls.WithLabelValues(string(kind), plugin, result)); got != 0 {
+			t.Errorf("Progress calls %s: %v, want 0", result, got)
+		}
+	}
+	for _, phase := range []string{"Completed", "Failed", "Canceled"} {
+		if got := seriesWith(t, operationDuration, map[string]string{"plugin": plugin, "result": phase}); got != 1 {
+			t.Errorf("%d operation duration series for result %s, want 1", got, phase)
+		}
+	}
+
+	ProgressCall(kind, plugin, ResultTransport, 0)
+	Plugin(kind, plugin)
+	if got := testutil.ToFloat64(progressCalls.WithLabelValues(string(kind), plugin, ResultTransport)); got != 1 {
+		t.Errorf("Progress calls transport_error after one call: %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(progressCalls.WithLabelValues(string(kind), plugin, ResultOK)); got != 0 {
+		t.Errorf("Progress calls ok after a failed call: %v, want 0", got)
+	}
+
+	PluginBinary("velero-plugin-zero")
+	if got := seriesWith(t, pluginRestarts, map[string]string{"binary": "velero-plugin-zero"}); got != 1 {
+		t.Errorf("%d restart series for a discovered binary, want 1", got)
+	}
+	PluginRestarted("velero-plugin-zero")
+	if got := testutil.ToFloat64(pluginRestarts.WithLabelValues("velero-plugin-zero")); got != 1 {
+		t.Errorf("restarts after one: %v, want 1", got)
+	}
+}
+
+// seriesWith counts the metrics c collects whose labels include labels.
+func seriesWith(t *testing.T, c prometheus.Collector, labels map[string]string) int {
+	t.Helper()
+	ch := make(chan prometheus.Metric)
+	go func() {
+		c.Collect(ch)
+		close(ch)
+	}()
+	n := 0
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		matched := 0
+		for _, l := range pb.GetLabel() {
+			if v, ok := labels[l.GetName()]; ok && v == l.GetValue() {
+				matched++
+			}
+		}
+		if matched == len(labels) {
+			n++
+		}
+	}
+	return n
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/plugin/framework/common"
 	proto "github.com/vmware-tanzu/velero/pkg/plugin/generated"
 
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/pkg/plugin/framework"
 	vsv2 "github.com/itemops/itemops/pkg/plugin/velero/volumesnapshotter/v2"
 )
@@ -130,6 +131,47 @@ func (r *Registry) IDs() []ID {
 	}
 	slices.SortFunc(ids, func(a, b ID) int { return strings.Compare(a.String(), b.String()) })
 	return ids
+}
+
+// OperationPlugins returns, sorted, every plugin discovered that can start
+// operations an ItemOperation follows: BackupItemActions and
+// RestoreItemActions of version 2, and VolumeSnapshotters.
+func (r *Registry) OperationPlugins() []OperationPlugin {
+	set := map[OperationPlugin]bool{}
+	for id := range r.commands {
+		switch id.Kind {
+		case common.PluginKindBackupItemActionV2:
+			set[OperationPlugin{itemopsv1alpha1.PluginKindBackupItemAction, id.Name}] = true
+		case common.PluginKindRestoreItemActionV2:
+			set[OperationPlugin{itemopsv1alpha1.PluginKindRestoreItemAction, id.Name}] = true
+		case common.PluginKindVolumeSnapshotter, vsv2.PluginKind:
+			set[OperationPlugin{itemopsv1alpha1.PluginKindVolumeSnapshotter, id.Name}] = true
+		}
+	}
+	plugins := slices.Collect(maps.Keys(set))
+	slices.SortFunc(plugins, func(a, b OperationPlugin) int {
+		return strings.Compare(string(a.Kind)+"/"+a.Name, string(b.Kind)+"/"+b.Name)
+	})
+	return plugins
+}
+
+// OperationPlugin is a plugin as an ItemOperation names it.
+type OperationPlugin struct {
+	Kind itemopsv1alpha1.PluginKind
+	Name string
+}
+
+// Binaries returns the file names of the binaries that answered discovery,
+// sorted: the names plugin restarts are counted by.
+func (r *Registry) Binaries() []string {
+	var names []string
+	for path, l := range r.found {
+		if l.err == nil {
+			names = append(names, filepath.Base(path))
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // Problems returns the files that were skipped and the names that more than

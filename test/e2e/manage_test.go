@@ -37,8 +37,10 @@ import (
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/monitoring"
 	"github.com/itemops/itemops/test/plugins/sim"
 	"github.com/itemops/itemops/test/proc"
+	"github.com/itemops/itemops/test/scrape"
 )
 
 // manager runs the itemops binary with the sample plugins until stopped.
@@ -203,6 +205,55 @@ var _ = Describe("itemops beside a simulated Velero", func() {
 			MatchRegexp(`itemops_progress_call_duration_seconds_count\{`+bia+`\} [1-9]`),
 			ContainSubstring(`itemops_operations_scrape_error 0`),
 		))
+	})
+
+	// It checks the queries of the dashboard and the alerts against a
+	// running itemops: once operations have completed, failed and been
+	// cancelled, every metric they read is exported.
+	It("exports every metric the dashboard and the alerts read", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		root, err := envtest.RepoRoot()
+		g.Expect(err).NotTo(HaveOccurred())
+		queries, err := monitoring.Queries(root)
+		g.Expect(err).NotTo(HaveOccurred())
+		names, err := monitoring.MetricNames(root, queries)
+		g.Expect(err).NotTo(HaveOccurred())
+
+		pluginDir, err := buildPlugins()
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
+		b, _ := waitingBackup(t, "dashboarded", []map[string]string{
+			{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
+			{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi", sim.AnnotationFailAt: "10"},
+			{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"},
+		})
+		address := freeAddress(t)
+		m := startManager(t, pluginDir, "--mode=manage", "--metrics-bind-address="+address)
+		g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
+			Should(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseInProgress),
+				"manager output:\n%s", m.output.String())
+		ctx := context.Background()
+		long := &itemopsv1alpha1.ItemOperation{}
+		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: "dashboarded-2"}, long)).To(Succeed())
+		long.Spec.Cancel = true
+		g.Expect(env.Client.Update(ctx, long)).To(Succeed())
+		g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
+			Should(ContainElement(itemopsv1alpha1.OperationPhaseCanceled), "manager output:\n%s", m.output.String())
+
+		g.Eventually(func(g Gomega) []string {
+			families, err := scrape.Get(nil, "http://"+address+"/metrics")
+			g.Expect(err).NotTo(HaveOccurred())
+			var missing []string
+			for i, q := range queries {
+				for _, name := range names[i] {
+					if !families.Exports(name) {
+						missing = append(missing, fmt.Sprintf("%s (%s)", name, q.Where))
+					}
+				}
+			}
+			return missing
+		}, 10*time.Second, 200*time.Millisecond).Should(BeEmpty(), "metrics the dashboard or the alerts read that itemops does not export")
 	})
 
 	// It runs two replicas

@@ -17,13 +17,10 @@ limitations under the License.
 package interop
 
 import (
-	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -103,26 +100,16 @@ func operationsOf(g Gomega, uid string) []itemopsv1alpha1.ItemOperation {
 }
 
 // operationsFile reads a backup's operations file straight from the bucket's directory.
-func operationsFile(g Gomega, backup string) []itemoperation.BackupOperation {
-	f, err := os.Open(filepath.Join(bucketDir, "backups", backup, backup+"-itemoperations.json.gz"))
+func operationsFile(g Gomega, backup string) []*itemoperation.BackupOperation {
+	recs, err := veleroenv.ReadBackupOperations(bucketDir, backup)
 	g.Expect(err).NotTo(HaveOccurred())
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	g.Expect(err).NotTo(HaveOccurred())
-	var ops []itemoperation.BackupOperation
-	g.Expect(json.NewDecoder(gz).Decode(&ops)).To(Succeed())
-	return ops
+	return recs
 }
 
-func restoreOperationsFile(g Gomega, restore string) []itemoperation.RestoreOperation {
-	f, err := os.Open(filepath.Join(bucketDir, "restores", restore, "restore-"+restore+"-itemoperations.json.gz"))
+func restoreOperationsFile(g Gomega, restore string) []*itemoperation.RestoreOperation {
+	recs, err := veleroenv.ReadRestoreOperations(bucketDir, restore)
 	g.Expect(err).NotTo(HaveOccurred())
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	g.Expect(err).NotTo(HaveOccurred())
-	var ops []itemoperation.RestoreOperation
-	g.Expect(json.NewDecoder(gz).Decode(&ops)).To(Succeed())
-	return ops
+	return recs
 }
 
 func pluginState(g Gomega, id string) *sim.State {
@@ -446,7 +433,7 @@ var _ = Describe("A Backup beside the real velero server", func() {
 		g.Eventually(func() bool {
 			return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(b), &velerov1api.Backup{}))
 		}, 60*time.Second, 200*time.Millisecond).Should(BeTrue(), "Velero deleted the backup")
-		_, err := os.Stat(filepath.Join(bucketDir, "backups", b.Name, b.Name+"-itemoperations.json.gz"))
+		_, err := os.Stat(veleroenv.BackupOperationsFile(bucketDir, b.Name))
 		g.Expect(os.IsNotExist(err)).To(BeTrue(), "Velero removed the backup's files")
 	})
 
@@ -489,7 +476,7 @@ var _ = Describe("A Backup beside the real velero server", func() {
 		g := NewWithT(GinkgoT())
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		demo := exec.CommandContext(ctx, "go", "run", "./hack/demo", "--exit-when-done")
+		demo := exec.CommandContext(ctx, "make", "demo", "DEMO_ARGS=--exit-when-done")
 		demo.Dir = env.RepoRoot
 		out, err := demo.CombinedOutput()
 		g.Expect(err).NotTo(HaveOccurred(), proc.Tail(string(out), 60))

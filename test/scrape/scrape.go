@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -92,4 +93,30 @@ func matches(m *dto.Metric, match map[string]string) bool {
 		}
 	}
 	return found == len(match)
+}
+
+// Exports reports whether the scrape holds a series of the metric name, as
+// a query names it: a family's own name, or a histogram's or summary's
+// name_bucket, name_count or name_sum.
+func (f Families) Exports(name string) bool {
+	if family, ok := f[name]; ok && len(family.GetMetric()) > 0 {
+		return true
+	}
+	for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+		base, ok := strings.CutSuffix(name, suffix)
+		if !ok {
+			continue
+		}
+		family, ok := f[base]
+		if !ok || len(family.GetMetric()) == 0 {
+			continue
+		}
+		switch family.GetType() {
+		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+			return true
+		case dto.MetricType_SUMMARY:
+			return suffix != "_bucket"
+		}
+	}
+	return false
 }

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Writes every artifact of a release into dist/<VERSION>/ (or $DIST):
+#
+#   install.yaml                      config/default in one file, the image pinned to the release
+#   itemops-<semver>.tgz              the helm chart (helm package), version and appVersion <semver>
+#   kubectl-itemops_<VERSION>_<os>_<arch>.tar.gz  the kubectl plugin, linux and darwin, amd64 and arm64
+#   itemops.yaml                      the krew manifest naming those archives and their checksums
+#   itemops-image-<VERSION>.oci.tar   the manager image, linux/amd64 and linux/arm64, as an OCI image layout
+#   itemops-image-<VERSION>-linux-amd64.tar   the same for linux/amd64, for docker load / podman load
+#   RELEASE-NOTES.md                  the commits since the previous release tag
+#   SHA256SUMS                        the checksum of every file above
+#
+# Usage: hack/release.sh v0.1.0   (make release VERSION=v0.1.0)
+# IMG names the image (default: ghcr.io/itemops/itemops:<semver>, the tag the
+# chart deploys by default).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+VERSION="${1:-}"
+if [[ ! "$VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]]; then
+  echo "usage: make release VERSION=v<major>.<minor>.<patch>, for example VERSION=v0.1.0 (got '${VERSION}')" >&2
+  exit 2
+fi
+semver="${VERSION#v}"
+IMG="${IMG:-ghcr.io/itemops/itemops:${semver}}"
+out="${DIST:-$root/dist/$VERSION}"
+rm -rf "$out"
+mkdir -p "$out"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+step() { echo "==> $*" >&2; }
+
+step "install.yaml with $IMG"
+hack/build-installer.sh "$IMG" "$semver" > "$out/install.yaml"
+
+step "the helm chart $semver"
+helm="$(hack/cached-binary.sh helm)"
+"$helm" package charts/itemops --version "$semver" --app-version "$semver" --destination "$out" >&2
+
+step "kubectl-itemops for linux and darwin, amd64 and arm64, and its krew manifest"
+go run ./hack/krew -version "$VERSION" -out "$out" -manifest "$out/itemops.yaml" >&2
+
+step "the manager image $IMG"
+OUT="$work/image" IMG="$IMG" VERSION="$VERSION" PLATFORMS=linux/amd64,linux/arm64 TARBALL_PLATFORM=linux/amd64 hack/image.sh >&2
+tar -C "$work/image/oci" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf "$out/itemops-image-$VERSION.oci.tar" .
+cp "$work/image/itemops.tar" "$out/itemops-image-$VERSION-linux-amd64.tar"
+
+step "release notes from the commit log"
+previous="$(git describe --tags --abbrev=0 --match 'v*' HEAD^ 2>/dev/null || true)"
+{
+  echo "# itemops $VERSION"
+  echo
+  echo "Image: \`$IMG\` (linux/amd64, linux/arm64). Install with \`kubectl apply --server-side -f install.yaml\`"
+  echo "or \`helm install itemops itemops-$semver.tgz --namespace velero\`; check the files with \`sha256sum -c SHA256SUMS\`."
+  echo
+  if [[ -n "$previous" ]]; then
+    echo "## Changes since $previous"
+    range="$previous..HEAD"
+  else
+    echo "## Changes"
+    range="HEAD"
+  fi
+  echo
+  git log --no-merges --format='- %s (%h)' "$range" 2>/dev/null || echo "- (built outside a git checkout: no commit log)"
+} > "$out/RELEASE-NOTES.md"
+
+step "checksums"
+(cd "$out" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS)
+echo "$out"
