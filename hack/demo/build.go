@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/itemops/itemops/internal/view"
+	"github.com/itemops/itemops/test/proc"
 )
 
 // A build is one program the demo needs, made by a command that prints
@@ -160,20 +161,8 @@ func runBuild(ctx context.Context, root string, argv []string, logPath string) (
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
-		return "", fmt.Errorf("%w; the end of its log:\n%s", err, tail(logPath, 15))
+		log, _ := os.ReadFile(logPath)
+		return "", fmt.Errorf("%w; the end of its log:\n%s", err, proc.Tail(strings.TrimRight(string(log), "\n"), 15))
 	}
 	return strings.TrimSpace(stdout.String()), nil
-}
-
-// tail returns the last n lines of a file.
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

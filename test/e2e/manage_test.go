@@ -130,6 +130,28 @@ func operationPhases(g Gomega, b *velerov1api.Backup) []itemopsv1alpha1.Operatio
 	return phases
 }
 
+// oneOfEachEnd starts a manager with its metrics served at address, for a
+// Backup of three operations, and waits until one has completed, one failed
+// and the third (10Gi at 1Mi/s) still runs.
+func oneOfEachEnd(t testing.TB, name, mode string) (*velerov1api.Backup, *manager, string) {
+	t.Helper()
+	g := NewWithT(t)
+	pluginDir, err := buildPlugins()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
+	b, _ := waitingBackup(t, name, []map[string]string{
+		{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
+		{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi", sim.AnnotationFailAt: "10"},
+		{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"},
+	})
+	address := freeAddress(t)
+	m := startManager(t, pluginDir, mode, "--metrics-bind-address="+address)
+	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
+		Should(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseInProgress),
+			"manager output:\n%s", m.output.String())
+	return b, m, address
+}
+
 var _ = Describe("itemops beside a simulated Velero", func() {
 	It("observe mode never writes to the backup", func() {
 		t := GinkgoTB()
@@ -155,19 +177,7 @@ var _ = Describe("itemops beside a simulated Velero", func() {
 	It("metrics count operations and plugin calls", func() {
 		t := GinkgoTB()
 		g := NewWithT(t)
-		pluginDir, err := buildPlugins()
-		g.Expect(err).NotTo(HaveOccurred())
-		t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
-		b, _ := waitingBackup(t, "measured", []map[string]string{
-			{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
-			{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi", sim.AnnotationFailAt: "10"},
-			{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"},
-		})
-		address := freeAddress(t)
-		m := startManager(t, pluginDir, "--mode=observe", "--metrics-bind-address="+address)
-		g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
-			Should(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseInProgress),
-				"manager output:\n%s", m.output.String())
+		_, _, address := oneOfEachEnd(t, "measured", "--mode=observe")
 
 		const bia = `plugin="itemops.io/sample-datamover",plugin_kind="BackupItemAction"`
 		// Other tests of the suite leave finished operations of the same plugin
@@ -220,19 +230,7 @@ var _ = Describe("itemops beside a simulated Velero", func() {
 		names, err := monitoring.MetricNames(root, queries)
 		g.Expect(err).NotTo(HaveOccurred())
 
-		pluginDir, err := buildPlugins()
-		g.Expect(err).NotTo(HaveOccurred())
-		t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
-		b, _ := waitingBackup(t, "dashboarded", []map[string]string{
-			{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi"},
-			{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "4Mi", sim.AnnotationFailAt: "10"},
-			{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"},
-		})
-		address := freeAddress(t)
-		m := startManager(t, pluginDir, "--mode=manage", "--metrics-bind-address="+address)
-		g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
-			Should(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseInProgress),
-				"manager output:\n%s", m.output.String())
+		b, m, address := oneOfEachEnd(t, "dashboarded", "--mode=manage")
 		ctx := context.Background()
 		long := &itemopsv1alpha1.ItemOperation{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: "dashboarded-2"}, long)).To(Succeed())
