@@ -36,9 +36,11 @@ import (
 type Session struct {
 	cmd    *exec.Cmd
 	master *os.File
-	tty    *os.File
 	output *proc.Buffer
 	exited chan error
+	// drained is closed once every process has closed the terminal and
+	// everything they wrote to it has been read.
+	drained chan struct{}
 }
 
 // Start runs argv in dir, in a pseudo-terminal of cols × rows.
@@ -50,7 +52,7 @@ func Start(dir string, cols, rows int, argv ...string) (*Session, error) {
 	if err := pty.Setsize(master, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)}); err != nil {
 		return nil, err
 	}
-	s := &Session{master: master, tty: tty, output: &proc.Buffer{}, exited: make(chan error, 1)}
+	s := &Session{master: master, output: &proc.Buffer{}, exited: make(chan error, 1), drained: make(chan struct{})}
 	s.cmd = exec.Command(argv[0], argv[1:]...)
 	s.cmd.Dir = dir
 	s.cmd.Stdin, s.cmd.Stdout, s.cmd.Stderr = tty, tty, tty
@@ -61,7 +63,11 @@ func Start(dir string, cols, rows int, argv ...string) (*Session, error) {
 		_ = tty.Close()
 		return nil, err
 	}
+	// Only the command holds the terminal now: once it and its children have
+	// closed it, reading the master ends (EIO) after the last byte they wrote.
+	_ = tty.Close()
 	go func() {
+		defer close(s.drained)
 		buf := make([]byte, 4096)
 		for {
 			n, err := master.Read(buf)
@@ -86,19 +92,29 @@ func (s *Session) CtrlC() error {
 	return err
 }
 
-// Wait waits up to timeout for the command to end and returns its exit code
-// (-1 when a signal ended it).
+// Wait waits up to timeout for the command to end and for everything it
+// wrote to the terminal to be read, and returns its exit code (-1 when a
+// signal ended it). A process the command left behind that still holds the
+// terminal is an error.
 func (s *Session) Wait(timeout time.Duration) (int, error) {
+	deadline := time.After(timeout)
+	var err error
 	select {
-	case err := <-s.exited:
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			return exit.ExitCode(), nil
-		}
-		return 0, err
-	case <-time.After(timeout):
+	case err = <-s.exited:
+		s.exited <- err
+	case <-deadline:
 		return 0, errors.New("the command did not end in time")
 	}
+	select {
+	case <-s.drained:
+	case <-deadline:
+		return 0, errors.New("the command ended, but a process it started still holds the terminal")
+	}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode(), nil
+	}
+	return 0, err
 }
 
 // Close kills the command's session if it still runs and closes the terminal.
@@ -111,5 +127,4 @@ func (s *Session) Close() {
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	_ = s.master.Close()
-	_ = s.tty.Close()
 }
