@@ -46,6 +46,9 @@ type analysis struct {
 	// releasesAfter: finalizers still held when the run ended, each one
 	// release write still to come; counted in writes["itemoperations"].
 	releasesAfter int
+	// queue: what itemops' work queue says of the run, when queueRead.
+	queue     queueFigures
+	queueRead bool
 }
 
 // result is one run's figures.
@@ -259,7 +262,15 @@ func (r *result) summary() string {
 	}
 	return fmt.Sprintf("bench: %d ops%s, %s polling: %.0f Progress calls/s (%.1f per operation), %.1f%% of polls within the interval (wait p99 %s, max %s), detection p50 %s p99 %s, parent p50 %s p99 %s, %.2f API writes/op, CPU %.1fs (API server and etcd %.1fs), cores busy while all ran: %s, peak RSS %s, %d plugin launches%s",
 		r.cfg.ops, shape, r.cfg.polling, r.callsPerSecond, float64(r.calls)/float64(r.cfg.ops), 100*r.polledShare, round(r.waitP99), round(r.waitMax), round(r.detectionP50), round(r.detectionP99), round(r.parentP50), round(r.parentP99),
-		r.writesPerOp, r.cpuSeconds, r.controlPlane, r.busy, mib(r.peakRSS), r.launches, timedOut(r.timedOut)) + r.late
+		r.writesPerOp, r.cpuSeconds, r.controlPlane, r.busy, mib(r.peakRSS), r.launches, timedOut(r.timedOut)) + r.late + r.queueLine()
+}
+
+// queueLine is the work queue's figures for the summary, if read.
+func (r *result) queueLine() string {
+	if !r.queueRead {
+		return ""
+	}
+	return "; work queue: " + r.queue.String()
 }
 
 // lateWindow is the span describeLate looks for the most late polls in.
@@ -373,6 +384,7 @@ func write(dir string, capa *capacity, results []*result, restarts []*restartRes
 				fmt.Fprintf(&md, "  - not seen completed: %d operations; not Finalizing: %d Backups\n", r.undetected, r.unfinished)
 			}
 		}
+		writeQueues(&md, results)
 		md.WriteString("\n![detection latency](detection-latency-cdf.png)\n\n![Progress calls per second](progress-calls-per-second.png)\n")
 		writeCost(&md, results)
 	}
@@ -398,6 +410,22 @@ func write(dir string, capa *capacity, results []*result, restarts []*restartRes
 		}
 	}
 	return plots(dir, results, sides)
+}
+
+// writeQueues adds what itemops' work queue of ItemOperations says of each
+// run: a poll that comes after the interval while cores are idle waited
+// there for a worker.
+func writeQueues(md *strings.Builder, results []*result) {
+	md.WriteString("\nitemops' work queue of ItemOperations (controller-runtime's workqueue metrics, read as the run ended): a reconcile due (a poll, an end's write, a finalizer's release) waits in line until one of the workers (`--max-concurrent-reconciles`) takes it.\n\n")
+	md.WriteString("| operations | polling | reconciles / s | wait for a worker: mean / share over 100ms / over 1s | time a reconcile held its worker | workers busy |\n|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		if !r.queueRead {
+			continue
+		}
+		q := r.queue
+		fmt.Fprintf(md, "| %d | %s | %.0f | %s / %.2f%% / %.2f%% | %s | %.1f of %d |\n", r.cfg.ops, r.cfg.polling, q.handedOut/max(q.ran.Seconds(), 1),
+			round(q.meanWait), 100*q.over100ms, 100*q.over1s, round(q.meanWork), q.busyWorkers, q.workers)
+	}
 }
 
 // writeCost adds what one replica spends against the number of operations,

@@ -45,9 +45,11 @@ import (
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/options"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
 	"github.com/itemops/itemops/test/proc"
+	"github.com/itemops/itemops/test/scrape"
 )
 
 type config struct {
@@ -182,6 +184,7 @@ type itemops struct {
 	cmd         *exec.Cmd
 	metricsAddr string
 	log         *os.File
+	started     time.Time
 }
 
 // startItemops starts the itemops binary in manage mode with the sample
@@ -215,7 +218,7 @@ func (h *harness) startItemops(cfg config, extra ...string) (*itemops, error) {
 		log.Close()
 		return nil, err
 	}
-	return &itemops{cmd: cmd, metricsAddr: metricsAddr, log: log}, nil
+	return &itemops{cmd: cmd, metricsAddr: metricsAddr, log: log, started: time.Now()}, nil
 }
 
 // stop ends itemops with SIGTERM, as a rollout does, and waits for it.
@@ -281,7 +284,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 	for {
 		time.Sleep(time.Second)
 		if time.Since(lastScrape) >= scrapeInterval {
-			scrape(p.metricsAddr)
+			scrapeAndDrop(p.metricsAddr)
 			lastScrape = time.Now()
 		}
 		s := observe(p.cmd.Process.Pid)
@@ -296,6 +299,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 		}
 	}
 	hwm := proc.HighWaterMark(p.cmd.Process.Pid)
+	queue, queueRead := p.queue(cfg)
 	p.stop()
 	controlPlane := h.controlPlaneCPU() - controlPlaneBefore
 	writesAfter, err := apiWrites(ctx, h.fast)
@@ -329,6 +333,8 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 		peakPluginRSS: peakPluginRSS,
 		launches:      launches,
 		timedOut:      last.finalizing < len(backups),
+		queue:         queue,
+		queueRead:     queueRead,
 	}), nil
 }
 
@@ -485,9 +491,34 @@ func watchFinalizing(ctx context.Context, c client.WithWatch, backups []*velerov
 // itemops' CPU at 30,000 operations.
 const scrapeInterval = 30 * time.Second
 
-// scrape reads itemops' metrics as Prometheus would, and drops them: the
+// queue reads what itemops' work queue of ItemOperations says of the run
+// so far.
+func (p *itemops) queue(cfg config) (queueFigures, bool) {
+	f, err := scrape.Get(nil, "http://"+p.metricsAddr+"/metrics")
+	if err != nil {
+		return queueFigures{}, false
+	}
+	return readQueue(f, time.Since(p.started), workers(cfg.extraArgs))
+}
+
+// workers is the --max-concurrent-reconciles among args, else itemops' default.
+func workers(args []string) int {
+	n := options.New().MaxConcurrentReconciles
+	for i, a := range args {
+		value, ok := strings.CutPrefix(a, "--max-concurrent-reconciles=")
+		if !ok && a == "--max-concurrent-reconciles" && i+1 < len(args) {
+			value, ok = args[i+1], true
+		}
+		if v, err := strconv.Atoi(value); ok && err == nil {
+			n = v
+		}
+	}
+	return n
+}
+
+// scrapeAndDrop reads itemops' metrics as Prometheus would, and drops them: the
 // calls are counted in the plugin's poll log.
-func scrape(metricsAddr string) {
+func scrapeAndDrop(metricsAddr string) {
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
 		return

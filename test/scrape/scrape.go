@@ -82,6 +82,21 @@ func (f Families) Sum(name string, match map[string]string) float64 {
 	return total
 }
 
+// Histogram is the first histogram of the family name whose labels include
+// every pair of match.
+func (f Families) Histogram(name string, match map[string]string) (*dto.Histogram, bool) {
+	family, ok := f[name]
+	if !ok {
+		return nil, false
+	}
+	for _, m := range family.GetMetric() {
+		if matches(m, match) && m.GetHistogram() != nil {
+			return m.GetHistogram(), true
+		}
+	}
+	return nil, false
+}
+
 func matches(m *dto.Metric, match map[string]string) bool {
 	found := 0
 	for _, l := range m.GetLabel() {
