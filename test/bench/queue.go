@@ -49,32 +49,93 @@ type queueFigures struct {
 // queueController is the work queue whose figures a run reads.
 const queueController = "itemoperation"
 
-// readQueue reads the figures from one scrape of itemops' metrics, taken
-// after it ran for ran with workers reconciles at once; ok is false when
-// the scrape holds none.
-func readQueue(f scrape.Families, ran time.Duration, workers int) (queueFigures, bool) {
+// queueCounts are the work queue's cumulative counts at one scrape.
+type queueCounts struct {
+	at                 time.Time
+	handedOut, waitSum float64
+	waitedUpTo100ms    float64
+	waitedUpTo1s       float64
+	workSum, workCount float64
+}
+
+// readQueueCounts reads the counts from one scrape of itemops' metrics
+// taken at; ok is false when the scrape holds none.
+func readQueueCounts(f scrape.Families, at time.Time) (queueCounts, bool) {
 	match := map[string]string{"name": queueController}
 	wait, ok := f.Histogram("workqueue_queue_duration_seconds", match)
-	if !ok || wait.GetSampleCount() == 0 {
-		return queueFigures{}, false
+	if !ok {
+		return queueCounts{}, false
 	}
-	q := queueFigures{handedOut: float64(wait.GetSampleCount()), ran: ran, workers: workers}
-	q.meanWait = seconds(wait.GetSampleSum() / q.handedOut)
-	q.over100ms = 1 - below(wait, 0.1)/q.handedOut
-	q.over1s = 1 - below(wait, 1)/q.handedOut
-	if work, ok := f.Histogram("workqueue_work_duration_seconds", match); ok && work.GetSampleCount() > 0 {
-		q.meanWork = seconds(work.GetSampleSum() / float64(work.GetSampleCount()))
-		if ran > 0 {
-			q.busyWorkers = work.GetSampleSum() / ran.Seconds()
+	c := queueCounts{at: at, handedOut: float64(wait.GetSampleCount()), waitSum: wait.GetSampleSum(),
+		waitedUpTo100ms: below(wait, 0.1), waitedUpTo1s: below(wait, 1)}
+	if work, ok := f.Histogram("workqueue_work_duration_seconds", match); ok {
+		c.workSum, c.workCount = work.GetSampleSum(), float64(work.GetSampleCount())
+	}
+	return c, true
+}
+
+// between is what the queue did from the counts from to the counts to
+// (those of a later scrape), with workers reconciles at once.
+func between(from, to queueCounts, workers int) queueFigures {
+	q := queueFigures{handedOut: to.handedOut - from.handedOut, ran: to.at.Sub(from.at), workers: workers}
+	if q.handedOut <= 0 {
+		return q
+	}
+	q.meanWait = seconds((to.waitSum - from.waitSum) / q.handedOut)
+	q.over100ms = 1 - (to.waitedUpTo100ms-from.waitedUpTo100ms)/q.handedOut
+	q.over1s = 1 - (to.waitedUpTo1s-from.waitedUpTo1s)/q.handedOut
+	if n := to.workCount - from.workCount; n > 0 {
+		q.meanWork = seconds((to.workSum - from.workSum) / n)
+	}
+	if q.ran > 0 {
+		q.busyWorkers = (to.workSum - from.workSum) / q.ran.Seconds()
+	}
+	return q
+}
+
+// queueRun is what the queue did over a run and in its worst stretch.
+type queueRun struct {
+	// whole: from itemops' start to the last scrape.
+	whole queueFigures
+	// worst: between two successive scrapes after every operation was
+	// polled once, the stretch whose reconciles waited longest on average;
+	// worstStart is its start, since itemops started.
+	worst      queueFigures
+	worstStart time.Duration
+}
+
+// analyseQueue sums up the counts of successive scrapes, the first taken
+// when itemops started (all zero), with workers reconciles at once; the
+// worst stretch is looked for among those that begin at or after from.
+func analyseQueue(counts []queueCounts, from time.Time, workers int) (queueRun, bool) {
+	if len(counts) < 2 {
+		return queueRun{}, false
+	}
+	run := queueRun{whole: between(counts[0], counts[len(counts)-1], workers)}
+	for i := 1; i < len(counts); i++ {
+		if counts[i-1].at.Before(from) {
+			continue
+		}
+		q := between(counts[i-1], counts[i], workers)
+		if q.handedOut > 0 && (run.worst.handedOut == 0 || q.meanWait > run.worst.meanWait) {
+			run.worst, run.worstStart = q, counts[i-1].at.Sub(counts[0].at)
 		}
 	}
-	return q, true
+	return run, true
 }
 
 // String says it in one line.
 func (q queueFigures) String() string {
 	return fmt.Sprintf("%.0f reconciles/s, waited %s on average for a worker (%.2f%% over 100ms, %.2f%% over 1s), held it %s, %.1f of %d workers busy",
 		q.handedOut/max(q.ran.Seconds(), 1), round(q.meanWait), 100*q.over100ms, 100*q.over1s, round(q.meanWork), q.busyWorkers, q.workers)
+}
+
+// String says it in one line.
+func (r queueRun) String() string {
+	if r.worst.ran == 0 {
+		return r.whole.String()
+	}
+	return fmt.Sprintf("%s; its worst %s (from %s): %s", r.whole, round(r.worst.ran), r.worstStart.Round(time.Second), r.worst)
 }
 
 // below is the count of the histogram's bucket with upper bound le, which

@@ -46,9 +46,10 @@ type analysis struct {
 	// releasesAfter: finalizers still held when the run ended, each one
 	// release write still to come; counted in writes["itemoperations"].
 	releasesAfter int
-	// queue: what itemops' work queue says of the run, when queueRead.
-	queue     queueFigures
-	queueRead bool
+	// queueCounts: itemops' work queue at each scrape, the first all zero
+	// at its start; workers: its --max-concurrent-reconciles.
+	queueCounts []queueCounts
+	workers     int
 }
 
 // result is one run's figures.
@@ -82,7 +83,10 @@ type result struct {
 	callsPerSecondT []float64 // per second since t0
 	// late says when the polls that came after the interval came, and how
 	// many operations completed then; empty when none did.
-	late       string
+	late string
+	// queue: what itemops' work queue did, when queueRead.
+	queue      queueRun
+	queueRead  bool
 	detections []time.Duration
 	parents    []time.Duration
 }
@@ -149,6 +153,9 @@ func analyse(cfg config, t0 time.Time, ops []operation, backups []*velerov1api.B
 	_, r.firstPollP99, r.firstPollMax = percentiles(firstPolls)
 	_, r.waitP99, r.waitMax = percentiles(waits)
 	r.late = describeLate(late, ops, t0)
+	// Its worst stretch is looked for once every operation has been
+	// polled: until then all are due at once.
+	r.queue, r.queueRead = analyseQueue(a.queueCounts, t0.Add(r.firstPollMax), a.workers)
 
 	// Parent latency: from the detection of its last operation to Finalizing.
 	var parents []time.Duration
@@ -416,15 +423,23 @@ func write(dir string, capa *capacity, results []*result, restarts []*restartRes
 // run: a poll that comes after the interval while cores are idle waited
 // there for a worker.
 func writeQueues(md *strings.Builder, results []*result) {
-	md.WriteString("\nitemops' work queue of ItemOperations (controller-runtime's workqueue metrics, read as the run ended): a reconcile due (a poll, an end's write, a finalizer's release) waits in line until one of the workers (`--max-concurrent-reconciles`) takes it.\n\n")
-	md.WriteString("| operations | polling | reconciles / s | wait for a worker: mean / share over 100ms / over 1s | time a reconcile held its worker | workers busy |\n|---|---|---|---|---|---|\n")
+	md.WriteString("\nitemops' work queue of ItemOperations (controller-runtime's workqueue metrics, scraped every 30 s): a reconcile that is due (a poll, an end's write, a finalizer's release) waits in line until one of the workers (`--max-concurrent-reconciles`) takes it. The whole run includes its start, when every operation is due at once; the worst 30 s are those whose reconciles waited longest on average.\n\n")
+	md.WriteString("| operations | polling | stretch | reconciles / s | wait for a worker: mean / share over 100ms / over 1s | time a reconcile held its worker | workers busy |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		if !r.queueRead {
 			continue
 		}
-		q := r.queue
-		fmt.Fprintf(md, "| %d | %s | %.0f | %s / %.2f%% / %.2f%% | %s | %.1f of %d |\n", r.cfg.ops, r.cfg.polling, q.handedOut/max(q.ran.Seconds(), 1),
-			round(q.meanWait), 100*q.over100ms, 100*q.over1s, round(q.meanWork), q.busyWorkers, q.workers)
+		for _, s := range []struct {
+			name string
+			q    queueFigures
+		}{{"whole run", r.queue.whole}, {fmt.Sprintf("worst 30 s (from %s)", r.queue.worstStart.Round(time.Second)), r.queue.worst}} {
+			q := s.q
+			if q.ran == 0 {
+				continue
+			}
+			fmt.Fprintf(md, "| %d | %s | %s | %.0f | %s / %.2f%% / %.2f%% | %s | %.1f of %d |\n", r.cfg.ops, r.cfg.polling, s.name, q.handedOut/max(q.ran.Seconds(), 1),
+				round(q.meanWait), 100*q.over100ms, 100*q.over1s, round(q.meanWork), q.busyWorkers, q.workers)
+		}
 	}
 }
 

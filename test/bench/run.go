@@ -20,11 +20,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -281,10 +279,12 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 	var peakRSS, peakPluginRSS int64
 	var last sample
 	lastScrape := time.Now()
+	// The queue's counts start at zero with itemops.
+	queueCounts := []queueCounts{{at: p.started}}
 	for {
 		time.Sleep(time.Second)
 		if time.Since(lastScrape) >= scrapeInterval {
-			scrapeAndDrop(p.metricsAddr)
+			queueCounts = p.scrape(queueCounts)
 			lastScrape = time.Now()
 		}
 		s := observe(p.cmd.Process.Pid)
@@ -299,7 +299,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 		}
 	}
 	hwm := proc.HighWaterMark(p.cmd.Process.Pid)
-	queue, queueRead := p.queue(cfg)
+	queueCounts = p.scrape(queueCounts)
 	p.stop()
 	controlPlane := h.controlPlaneCPU() - controlPlaneBefore
 	writesAfter, err := apiWrites(ctx, h.fast)
@@ -333,8 +333,8 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 		peakPluginRSS: peakPluginRSS,
 		launches:      launches,
 		timedOut:      last.finalizing < len(backups),
-		queue:         queue,
-		queueRead:     queueRead,
+		queueCounts:   queueCounts,
+		workers:       workers(cfg.extraArgs),
 	}), nil
 }
 
@@ -491,14 +491,17 @@ func watchFinalizing(ctx context.Context, c client.WithWatch, backups []*velerov
 // itemops' CPU at 30,000 operations.
 const scrapeInterval = 30 * time.Second
 
-// queue reads what itemops' work queue of ItemOperations says of the run
-// so far.
-func (p *itemops) queue(cfg config) (queueFigures, bool) {
+// scrape reads itemops' metrics as Prometheus would, and appends the work
+// queue's counts to counts.
+func (p *itemops) scrape(counts []queueCounts) []queueCounts {
 	f, err := scrape.Get(nil, "http://"+p.metricsAddr+"/metrics")
 	if err != nil {
-		return queueFigures{}, false
+		return counts
 	}
-	return readQueue(f, time.Since(p.started), workers(cfg.extraArgs))
+	if c, ok := readQueueCounts(f, time.Now()); ok {
+		counts = append(counts, c)
+	}
+	return counts
 }
 
 // workers is the --max-concurrent-reconciles among args, else itemops' default.
@@ -514,17 +517,6 @@ func workers(args []string) int {
 		}
 	}
 	return n
-}
-
-// scrapeAndDrop reads itemops' metrics as Prometheus would, and drops them: the
-// calls are counted in the plugin's poll log.
-func scrapeAndDrop(metricsAddr string) {
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		return
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
 }
 
 // observe samples the CPU and memory of the operator and of its plugin
