@@ -141,6 +141,9 @@ func targets(results []*result, restarts []*restartResult, sides []*sideRun) []t
 			want: "≥ 10×", got: fmt.Sprintf("%.1f× (%s against %s)", r, round(vp99), round(ip99)),
 			met: r >= 10 && sides[1].unfinished == 0, by: fmt.Sprintf("%.1f× short", 10-r),
 		})
+		if u := sides[1].unfinished; u > 0 && r >= 10 {
+			out[len(out)-1].by = fmt.Sprintf("%d Backups not ended at the run's deadline", u)
+		}
 		// Everything each run started: velero server and its plugins, and
 		// in the second also itemops and its plugins.
 		velero, itemops := sides[0].cpuSeconds, sides[1].cpuSeconds

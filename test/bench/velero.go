@@ -229,9 +229,11 @@ func runSide(ctx context.Context, root string, cfg sideConfig, mode string) (*si
 			return nil, err
 		}
 	}
-	// Velero backs the Backups up one after another; allow for that, then
-	// for the operations and a Velero controller that falls far behind.
-	deadline := t0.Add(time.Duration(cfg.backups)*10*time.Second + cfg.maxDuration + 20*cfg.sync + 5*time.Minute)
+	// Velero backs the Backups up one after another, and its backup queue
+	// may wait a minute for its next recheck before each (on a slow
+	// machine it did before a quarter of them); allow for that, then for
+	// the operations and a Velero controller that falls far behind.
+	deadline := t0.Add(time.Duration(cfg.backups)*(10*time.Second+time.Minute) + cfg.maxDuration + 20*cfg.sync + 5*time.Minute)
 	for seen.done(backups) < len(backups) && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
