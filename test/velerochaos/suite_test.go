@@ -109,8 +109,10 @@ var _ = BeforeSuite(func() {
 	Expect(os.Symlink(velero.Velero, filepath.Join(itemopsPlugins, "velero"))).To(Succeed())
 
 	// Every plugin process, Velero's and itemops', keeps the sample
-	// operations' state here.
+	// operations' state here. It exists from the start: a plugin outage
+	// (sim.FaultFile) may be the first fault, before any operation began.
 	stateDir = filepath.Join(work, "state")
+	Expect(os.MkdirAll(stateDir, 0o755)).To(Succeed())
 	GinkgoT().Setenv(sim.EnvStateDir, stateDir)
 
 	ctx := context.Background()
