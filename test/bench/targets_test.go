@@ -138,3 +138,30 @@ func TestDataMoverTargetsHoldETAToRegularPolling(t *testing.T) {
 		}
 	}
 }
+
+func TestSideBySideRowsNeedEveryBackupEnded(t *testing.T) {
+	cfg := sideConfig{backups: 100, perBackup: 100}
+	veleroRun := &sideRun{cfg: cfg, mode: byVelero, parent: []time.Duration{15 * time.Second}, cpuSeconds: 470}
+	itemopsRun := &sideRun{cfg: cfg, mode: byItemops, parent: []time.Duration{200 * time.Millisecond}, cpuSeconds: 420, itemopsCPU: 80}
+	rows := func() string {
+		var md strings.Builder
+		writeTargets(&md, targets(nil, nil, []*sideRun{veleroRun, itemopsRun}), nil)
+		return md.String()
+	}
+	if got := rows(); !strings.Contains(got, "Velero ÷ itemops | ≥ 10× | 75.0× (15s against 200ms) | yes |") ||
+		!strings.Contains(got, "| ≤ 1× | 0.89× (420 s against 470 s;") || strings.Contains(got, "**no**") {
+		t.Errorf("every Backup ended, both rows met; got:\n%s", got)
+	}
+	// Ten Backups of the itemops run did not end: the ratio leaves them
+	// out and the runs did not do the same work.
+	itemopsRun.unfinished = 10
+	got := rows()
+	for _, want := range []string{
+		"75.0× (15s against 200ms) | **no**: 10 Backups not ended at the run's deadline |",
+		"**no**: unequal runs: 10 Backups not ended at the run's deadline |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rows lack %q:\n%s", want, got)
+		}
+	}
+}
