@@ -148,10 +148,16 @@ func TestSideBySideRowsNeedEveryBackupEnded(t *testing.T) {
 		writeTargets(&md, targets(nil, nil, []*sideRun{veleroRun, itemopsRun}), nil)
 		return md.String()
 	}
-	if got := rows(); !strings.Contains(got, "Velero ÷ itemops | ≥ 10× | 75.0× (15s against 200ms) | yes |") ||
+	if got := rows(); !strings.Contains(got, "Velero ÷ itemops | ≥ 40× | 75.0× (15s against 200ms) | yes |") ||
 		!strings.Contains(got, "| ≤ 1× | 0.89× (420 s against 470 s;") || strings.Contains(got, "**no**") {
 		t.Errorf("every Backup ended, both rows met; got:\n%s", got)
 	}
+	// 30× lower is not enough.
+	itemopsRun.parent = []time.Duration{500 * time.Millisecond}
+	if got, want := rows(), "30.0× (15s against 500ms) | **no**: 10.0× short |"; !strings.Contains(got, want) {
+		t.Errorf("rows lack %q:\n%s", want, got)
+	}
+	itemopsRun.parent = []time.Duration{200 * time.Millisecond}
 	// Ten Backups of the itemops run did not end: the ratio leaves them
 	// out and the runs did not do the same work.
 	itemopsRun.unfinished = 10
