@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/internal/rollup"
@@ -66,8 +67,14 @@ func NewBackupReconciler(c client.Client, recorder record.EventRecorder, opts Pa
 			ops, err := s.BackupOperations(ctx, b)
 			return fromBackupOperations(ops), err
 		},
-		write: func(ctx context.Context, s OperationsStore, b *velerov1api.Backup, records []opRecord) error {
-			return s.PutBackupOperations(ctx, b, toBackupOperations(b, records))
+		update: func(ctx context.Context, s OperationsStore, b *velerov1api.Backup, update func([]opRecord, error) ([]opRecord, error)) error {
+			return s.UpdateBackupOperations(ctx, b, func(ops []*itemoperation.BackupOperation, err error) ([]*itemoperation.BackupOperation, error) {
+				records, err := update(fromBackupOperations(ops), err)
+				if err != nil {
+					return nil, err
+				}
+				return toBackupOperations(b, records), nil
+			})
 		},
 	}}
 }

@@ -118,13 +118,18 @@ func (f *fakeStore) BackupOperations(_ context.Context, b *velerov1api.Backup) (
 	return out, nil
 }
 
-func (f *fakeStore) PutBackupOperations(_ context.Context, b *velerov1api.Backup, ops []*itemoperation.BackupOperation) error {
+func (f *fakeStore) UpdateBackupOperations(ctx context.Context, b *velerov1api.Backup,
+	update func([]*itemoperation.BackupOperation, error) ([]*itemoperation.BackupOperation, error)) error {
+	if err := f.CheckWritable(ctx, b); err != nil {
+		return err
+	}
+	ops, err := update(f.BackupOperations(ctx, b))
+	if err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	uid := string(b.UID)
-	if f.readOnly[uid] {
-		return fmt.Errorf("%w: fake", store.ErrReadOnly)
-	}
 	f.writes[uid]++
 	f.backups[uid] = ops
 	return nil
@@ -141,13 +146,18 @@ func (f *fakeStore) RestoreOperations(_ context.Context, r *velerov1api.Restore)
 	return f.restores[uid], nil
 }
 
-func (f *fakeStore) PutRestoreOperations(_ context.Context, r *velerov1api.Restore, ops []*itemoperation.RestoreOperation) error {
+func (f *fakeStore) UpdateRestoreOperations(ctx context.Context, r *velerov1api.Restore,
+	update func([]*itemoperation.RestoreOperation, error) ([]*itemoperation.RestoreOperation, error)) error {
+	if err := f.CheckWritable(ctx, r); err != nil {
+		return err
+	}
+	ops, err := update(f.RestoreOperations(ctx, r))
+	if err != nil {
+		return err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	uid := string(r.UID)
-	if f.readOnly[uid] {
-		return fmt.Errorf("%w: fake", store.ErrReadOnly)
-	}
 	f.writes[uid]++
 	f.restores[uid] = ops
 	return nil

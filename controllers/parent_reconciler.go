@@ -57,9 +57,14 @@ import (
 // is the real one.
 type OperationsStore interface {
 	BackupOperations(ctx context.Context, backup *velerov1api.Backup) ([]*itemoperation.BackupOperation, error)
-	PutBackupOperations(ctx context.Context, backup *velerov1api.Backup, ops []*itemoperation.BackupOperation) error
+	// UpdateBackupOperations replaces the file with what update makes of
+	// its records (given with the read's error), read and written in one
+	// session with the object store plugin.
+	UpdateBackupOperations(ctx context.Context, backup *velerov1api.Backup,
+		update func([]*itemoperation.BackupOperation, error) ([]*itemoperation.BackupOperation, error)) error
 	RestoreOperations(ctx context.Context, restore *velerov1api.Restore) ([]*itemoperation.RestoreOperation, error)
-	PutRestoreOperations(ctx context.Context, restore *velerov1api.Restore, ops []*itemoperation.RestoreOperation) error
+	UpdateRestoreOperations(ctx context.Context, restore *velerov1api.Restore,
+		update func([]*itemoperation.RestoreOperation, error) ([]*itemoperation.RestoreOperation, error)) error
 	// CheckWritable returns store.ErrReadOnly when the location of the
 	// Backup or Restore takes no writes.
 	CheckWritable(ctx context.Context, parent client.Object) error
@@ -213,20 +218,22 @@ func recordPhase(recorder record.EventRecorder, obj client.Object, from, to roll
 
 // parentKind adapts one Velero kind (Backup or Restore) to the rollup.
 type parentKind[T client.Object] struct {
-	kind        itemopsv1alpha1.ParentKind
-	gvk         schema.GroupVersionKind
-	pluginKind  itemopsv1alpha1.PluginKind
-	newObject   func() T
-	phase       func(T) rollup.Phase
-	counters    func(T) parentCounters
-	setStatus   func(T, rollup.Phase, parentCounters)
-	errors      func(T) int
-	setErrors   func(T, int)
-	started     func(T) *metav1.Time
-	timeout     func(T) time.Duration
-	finish      func(T, rollup.Phase, metav1.Time)
-	read        func(context.Context, OperationsStore, T) ([]opRecord, error)
-	write       func(context.Context, OperationsStore, T, []opRecord) error
+	kind       itemopsv1alpha1.ParentKind
+	gvk        schema.GroupVersionKind
+	pluginKind itemopsv1alpha1.PluginKind
+	newObject  func() T
+	phase      func(T) rollup.Phase
+	counters   func(T) parentCounters
+	setStatus  func(T, rollup.Phase, parentCounters)
+	errors     func(T) int
+	setErrors  func(T, int)
+	started    func(T) *metav1.Time
+	timeout    func(T) time.Duration
+	finish     func(T, rollup.Phase, metav1.Time)
+	read       func(context.Context, OperationsStore, T) ([]opRecord, error)
+	// update replaces the operations file with what its function makes of
+	// the records read (or of the read's error).
+	update      func(context.Context, OperationsStore, T, func([]opRecord, error) ([]opRecord, error)) error
 	controlName string
 }
 

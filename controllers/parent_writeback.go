@@ -40,10 +40,27 @@ func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []ite
 		return nil
 	}
 	start := time.Now()
-	records, err := r.kind.read(ctx, r.opts.Store, parent)
-	if err != nil && !errors.Is(err, store.ErrMalformed) {
+	written := 0
+	err := r.kind.update(ctx, r.opts.Store, parent, func(records []opRecord, err error) ([]opRecord, error) {
+		if err != nil && !errors.Is(err, store.ErrMalformed) {
+			return nil, err
+		}
+		out := mergeRecords(parent, records, ops)
+		written = len(out)
+		return out, nil
+	})
+	if err != nil {
 		return err
 	}
+	ctrl.LoggerFrom(ctx).Info("wrote the operations file back", "records", written, "took", time.Since(start).String())
+	return nil
+}
+
+// mergeRecords gives each record of the file the status of its
+// ItemOperation; records with no ItemOperation are kept as Velero wrote them,
+// and operations that are not in the file (created by hand) go last, in
+// record order.
+func mergeRecords[T client.Object](parent T, records []opRecord, ops []itemopsv1alpha1.ItemOperation) []opRecord {
 	byName := map[string]itemopsv1alpha1.ItemOperation{}
 	for _, op := range ops {
 		byName[op.Name] = op
@@ -59,7 +76,6 @@ func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []ite
 		}
 		out = append(out, rec)
 	}
-	// Operations that are not in the file (created by hand) go last, in record order.
 	rest := make([]itemopsv1alpha1.ItemOperation, 0, len(byName))
 	for name, op := range byName {
 		if !inFile[name] {
@@ -75,11 +91,7 @@ func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []ite
 	for i := range rest {
 		out = append(out, toRecord(&rest[i]))
 	}
-	if err := r.kind.write(ctx, r.opts.Store, parent, out); err != nil {
-		return err
-	}
-	ctrl.LoggerFrom(ctx).Info("wrote the operations file back", "records", len(out), "took", time.Since(start).String())
-	return nil
+	return out
 }
 
 // WriteBack uploads the current state of the named parent's operations, if

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/internal/rollup"
@@ -66,8 +67,14 @@ func NewRestoreReconciler(c client.Client, recorder record.EventRecorder, opts P
 			ops, err := s.RestoreOperations(ctx, b)
 			return fromRestoreOperations(ops), err
 		},
-		write: func(ctx context.Context, s OperationsStore, b *velerov1api.Restore, records []opRecord) error {
-			return s.PutRestoreOperations(ctx, b, toRestoreOperations(b, records))
+		update: func(ctx context.Context, s OperationsStore, b *velerov1api.Restore, update func([]opRecord, error) ([]opRecord, error)) error {
+			return s.UpdateRestoreOperations(ctx, b, func(ops []*itemoperation.RestoreOperation, err error) ([]*itemoperation.RestoreOperation, error) {
+				records, err := update(fromRestoreOperations(ops), err)
+				if err != nil {
+					return nil, err
+				}
+				return toRestoreOperations(b, records), nil
+			})
 		},
 	}}
 }

@@ -83,19 +83,36 @@ func (s *Store) BackupOperations(ctx context.Context, backup *velerov1api.Backup
 	return ops, nil
 }
 
-// PutBackupOperations replaces a backup's operations file.
-func (s *Store) PutBackupOperations(ctx context.Context, backup *velerov1api.Backup, ops []*itemoperation.BackupOperation) error {
-	body, err := gzipJSON(ops)
-	if err != nil {
-		return err
-	}
-	err = s.withBackupStore(ctx, backup.Spec.StorageLocation, true, func(bs persistence.BackupStore) error {
-		return bs.PutBackupItemOperations(backup.Name, body)
+// UpdateBackupOperations replaces a backup's operations file with what
+// update makes of the records it holds, read and written in one session
+// with the object store plugin: one credential read and one Init, not two.
+// update gets the read's error as well, so that it may replace a malformed
+// file (ErrMalformed); an error it returns leaves the file as it was.
+func (s *Store) UpdateBackupOperations(ctx context.Context, backup *velerov1api.Backup,
+	update func([]*itemoperation.BackupOperation, error) ([]*itemoperation.BackupOperation, error)) error {
+	opened := false
+	err := s.withBackupStore(ctx, backup.Spec.StorageLocation, true, func(bs persistence.BackupStore) error {
+		opened = true
+		ops, err := bs.GetBackupItemOperations(backup.Name)
+		if err = classifyRead(err); err != nil {
+			err = fmt.Errorf("reading the item operations of backup %s: %w", backup.Name, err)
+		}
+		if ops, err = update(ops, err); err != nil {
+			return err
+		}
+		body, err := gzipJSON(ops)
+		if err == nil {
+			err = bs.PutBackupItemOperations(backup.Name, body)
+		}
+		if err != nil {
+			return fmt.Errorf("writing the item operations of backup %s: %w", backup.Name, err)
+		}
+		return nil
 	})
-	if err != nil {
+	if err != nil && !opened {
 		return fmt.Errorf("writing the item operations of backup %s: %w", backup.Name, err)
 	}
-	return nil
+	return err
 }
 
 // RestoreOperations returns the records of a restore's operations file,
@@ -115,25 +132,6 @@ func (s *Store) RestoreOperations(ctx context.Context, restore *velerov1api.Rest
 		return nil, fmt.Errorf("reading the item operations of restore %s: %w", restore.Name, err)
 	}
 	return ops, nil
-}
-
-// PutRestoreOperations replaces a restore's operations file.
-func (s *Store) PutRestoreOperations(ctx context.Context, restore *velerov1api.Restore, ops []*itemoperation.RestoreOperation) error {
-	location, err := s.restoreLocation(ctx, restore)
-	if err != nil {
-		return fmt.Errorf("writing the item operations of restore %s: %w", restore.Name, err)
-	}
-	body, err := gzipJSON(ops)
-	if err != nil {
-		return err
-	}
-	err = s.withBackupStore(ctx, location, true, func(bs persistence.BackupStore) error {
-		return bs.PutRestoreItemOperations(restore.Name, body)
-	})
-	if err != nil {
-		return fmt.Errorf("writing the item operations of restore %s: %w", restore.Name, err)
-	}
-	return nil
 }
 
 // CheckWritable returns ErrReadOnly when the location of a Backup or
@@ -165,6 +163,39 @@ func (s *Store) CheckWritable(ctx context.Context, parent client.Object) error {
 		return fmt.Errorf("%w: BackupStorageLocation %s", ErrReadOnly, name)
 	}
 	return nil
+}
+
+// UpdateRestoreOperations is UpdateBackupOperations for a restore's file,
+// kept in the location of the restore's backup.
+func (s *Store) UpdateRestoreOperations(ctx context.Context, restore *velerov1api.Restore,
+	update func([]*itemoperation.RestoreOperation, error) ([]*itemoperation.RestoreOperation, error)) error {
+	location, err := s.restoreLocation(ctx, restore)
+	if err != nil {
+		return fmt.Errorf("writing the item operations of restore %s: %w", restore.Name, err)
+	}
+	opened := false
+	err = s.withBackupStore(ctx, location, true, func(bs persistence.BackupStore) error {
+		opened = true
+		ops, err := bs.GetRestoreItemOperations(restore.Name)
+		if err = classifyRead(err); err != nil {
+			err = fmt.Errorf("reading the item operations of restore %s: %w", restore.Name, err)
+		}
+		if ops, err = update(ops, err); err != nil {
+			return err
+		}
+		body, err := gzipJSON(ops)
+		if err == nil {
+			err = bs.PutRestoreItemOperations(restore.Name, body)
+		}
+		if err != nil {
+			return fmt.Errorf("writing the item operations of restore %s: %w", restore.Name, err)
+		}
+		return nil
+	})
+	if err != nil && !opened {
+		return fmt.Errorf("writing the item operations of restore %s: %w", restore.Name, err)
+	}
+	return err
 }
 
 // restoreLocation is the location of the backup a restore reads, where

@@ -90,6 +90,13 @@ func backupIn(bsl string) *velerov1api.Backup {
 	}
 }
 
+// replaceBackup writes ops as the backup's whole file, whatever it held.
+func replaceBackup(ctx context.Context, s *store.Store, b *velerov1api.Backup, ops []*itemoperation.BackupOperation) error {
+	return s.UpdateBackupOperations(ctx, b, func([]*itemoperation.BackupOperation, error) ([]*itemoperation.BackupOperation, error) {
+		return ops, nil
+	})
+}
+
 func records(b *velerov1api.Backup, n int) []*itemoperation.BackupOperation {
 	created := metav1.NewTime(time.Now().Truncate(time.Second))
 	var out []*itemoperation.BackupOperation
@@ -144,7 +151,7 @@ var _ = Describe("Operations files in object storage", func() {
 		bsl := location(t)
 		b := backupIn(bsl.Name)
 		want := records(b, 3)
-		g.Expect(s.PutBackupOperations(ctx, b, want)).To(Succeed())
+		g.Expect(replaceBackup(ctx, s, b, want)).To(Succeed())
 
 		// Where Velero keeps it, as Velero encodes it.
 		raw, err := os.ReadFile(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "backups", b.Name, b.Name+"-itemoperations.json.gz"))
@@ -164,6 +171,34 @@ var _ = Describe("Operations files in object storage", func() {
 			g.Expect(got[i].Status.Phase).To(Equal(want[i].Status.Phase))
 			g.Expect(got[i].Status.Created.Time).To(BeTemporally("==", want[i].Status.Created.Time))
 		}
+	})
+
+	It("an update reads the file and writes what it makes of it, or leaves it", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		s := newStore(t)
+		b := backupIn(location(t).Name)
+		g.Expect(replaceBackup(ctx, s, b, records(b, 3))).To(Succeed())
+
+		g.Expect(s.UpdateBackupOperations(ctx, b, func(got []*itemoperation.BackupOperation, err error) ([]*itemoperation.BackupOperation, error) {
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got).To(HaveLen(3))
+			got[1].Status.Phase = itemoperation.OperationPhaseFailed
+			return got[:2], nil
+		})).To(Succeed())
+		got, err := s.BackupOperations(ctx, b)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(HaveLen(2))
+		g.Expect(got[1].Status.Phase).To(Equal(itemoperation.OperationPhaseFailed))
+
+		refused := errors.New("refused")
+		g.Expect(s.UpdateBackupOperations(ctx, b, func([]*itemoperation.BackupOperation, error) ([]*itemoperation.BackupOperation, error) {
+			return nil, refused
+		})).To(MatchError(refused))
+		got, err = s.BackupOperations(ctx, b)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(HaveLen(2), "a refused update leaves the file as it was")
 	})
 
 	It("no file means no operations", func() {
@@ -187,7 +222,9 @@ var _ = Describe("Operations files in object storage", func() {
 			Spec: velerov1api.RestoreSpec{BackupName: b.Name}}
 		want := []*itemoperation.RestoreOperation{{Spec: itemoperation.RestoreOperationSpec{RestoreName: r.Name, RestoreUID: "r-uid",
 			RestoreItemAction: "velero.io/sample", OperationID: "dl-1"}, Status: itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseNew}}}
-		g.Expect(s.PutRestoreOperations(ctx, r, want)).To(Succeed())
+		g.Expect(s.UpdateRestoreOperations(ctx, r, func([]*itemoperation.RestoreOperation, error) ([]*itemoperation.RestoreOperation, error) {
+			return want, nil
+		})).To(Succeed())
 		_, err := os.Stat(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "restores", r.Name, "restore-"+r.Name+"-itemoperations.json.gz"))
 		g.Expect(err).NotTo(HaveOccurred())
 		got, err := s.RestoreOperations(ctx, r)
@@ -221,6 +258,18 @@ var _ = Describe("Operations files in object storage", func() {
 				_, err := newStore(t).BackupOperations(context.Background(), b)
 				g.Expect(err).To(MatchError(store.ErrMalformed))
 				g.Expect(err.Error()).To(ContainSubstring(b.Name))
+
+				// An update is told so too, and may replace the file.
+				err = newStore(t).UpdateBackupOperations(context.Background(), b,
+					func(got []*itemoperation.BackupOperation, err error) ([]*itemoperation.BackupOperation, error) {
+						g.Expect(err).To(MatchError(store.ErrMalformed))
+						g.Expect(got).To(BeEmpty())
+						return records(b, 2), nil
+					})
+				g.Expect(err).NotTo(HaveOccurred())
+				got, err := newStore(t).BackupOperations(context.Background(), b)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(got).To(HaveLen(2))
 			})
 		}
 	})
@@ -301,7 +350,7 @@ var _ = Describe("Operations files in object storage", func() {
 		})
 		b := backupIn(bsl.Name)
 		g.Expect(s.CheckWritable(ctx, b)).To(MatchError(store.ErrReadOnly))
-		g.Expect(s.PutBackupOperations(ctx, b, records(b, 1))).To(MatchError(store.ErrReadOnly))
+		g.Expect(replaceBackup(ctx, s, b, records(b, 1))).To(MatchError(store.ErrReadOnly))
 		_, err := os.Stat(filepath.Join(server.Root, bsl.Spec.ObjectStorage.Bucket, "backups"))
 		g.Expect(os.IsNotExist(err)).To(BeTrue(), "nothing was written")
 		got, err := s.BackupOperations(ctx, b)
@@ -333,7 +382,7 @@ var _ = Describe("Operations files in object storage", func() {
 					b := backupIn(bsl.Name)
 					b.Name = fmt.Sprintf("same-name-%d", i)
 					ops := records(b, j+1)
-					err := s.PutBackupOperations(ctx, b, ops)
+					err := replaceBackup(ctx, s, b, ops)
 					switch {
 					case bsl == bad && err == nil:
 						errs <- fmt.Errorf("a write with wrong credentials succeeded (iteration %d)", i)

@@ -54,7 +54,7 @@ func main() {
 	sideBackups := flag.Int("side-backups", 100, "Backups of the side-by-side run")
 	sideOps := flag.Int("side-ops", 100, "operations per Backup of the side-by-side run")
 	sideFollow := flag.String("side-follow", byVelero+","+byItemops, "the side-by-side runs to make: velero, itemops or both")
-	sideKeep := flag.Bool("side-keep", false, "keep the side-by-side runs' work directories (logs at info level, and every Progress call of itemops in polls.log)")
+	sideKeep := flag.Bool("side-keep", false, "keep the side-by-side runs' work directories (logs at info level, every Progress call of itemops in polls.log, each Backup's times in backups.tsv)")
 	measure := flag.Bool("capacity", true, "first measure the status writes per second the API server takes alone")
 	out := flag.String("out", "", "results directory (default test/bench/results in the checkout)")
 	extra := flag.String("itemops-args", "", "more itemops flags, space separated")

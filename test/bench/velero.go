@@ -278,6 +278,11 @@ func runSide(ctx context.Context, root string, cfg sideConfig, mode string) (*si
 			run.completed = append(run.completed, t.completed.Sub(end.at))
 		}
 	}
+	if cfg.keep {
+		if err := writeParentTimes(filepath.Join(work, "backups.tsv"), backups, ends, times); err != nil {
+			return nil, err
+		}
+	}
 	if run.launches, err = countLines(launchLog); err != nil {
 		return nil, err
 	}
@@ -285,6 +290,25 @@ func runSide(ctx context.Context, root string, cfg sideConfig, mode string) (*si
 		return nil, err
 	}
 	return run, nil
+}
+
+// writeParentTimes writes, for a kept run, each Backup's times: when its
+// last operation completed plugin side and when the Backup was first seen
+// waiting, finalizing and completed, in Unix nanoseconds (0: never).
+func writeParentTimes(path string, backups []string, ends map[string]backupEnd, times map[string]backupTimes) error {
+	var b strings.Builder
+	b.WriteString("backup\tlast_operation_end\twaiting\tfinalizing\tcompleted\n")
+	nanos := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return t.UnixNano()
+	}
+	for _, name := range backups {
+		t := times[name]
+		fmt.Fprintf(&b, "%s\t%d\t%d\t%d\t%d\n", name, nanos(ends[name].at), nanos(t.waiting), nanos(t.finalizing), nanos(t.completed))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // queueStall is a wait between the starts of two consecutive Backups long
