@@ -27,6 +27,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -61,7 +63,7 @@ var faultOrder = []string{faultVeleroMidBackup, faultVeleroMidFinalize, faultBuc
 
 // faultCounts: how often each fault was drawn, and how often its moment
 // came (a fault that waits for a backup in some phase is skipped when none
-// gets there within 10 s).
+// gets there within the run's momentWait).
 type faultCounts struct {
 	drawn, injected map[string]int
 }
@@ -94,7 +96,7 @@ func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, serve
 			if fault == faultVeleroMidFinalize {
 				phase = velerov1api.BackupPhaseFinalizing
 			}
-			if injected = waitForBackup(ctx, inPhase(phase)) != ""; injected {
+			if injected = waitForBackup(ctx, cfg.momentWait(), inPhase(phase)) != ""; injected {
 				server.kill()
 				pause(ctx, rng, time.Second, 3*time.Second)
 				server.start()
@@ -103,13 +105,13 @@ func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, serve
 			moment := map[string]func(*velerov1api.Backup, []itemopsv1alpha1.ItemOperation) bool{
 				faultBucketIngest: ingestDue, faultBucketWriteBack: writeBackDue, faultBucketUpload: inPhase(velerov1api.BackupPhaseInProgress),
 			}[fault]
-			if injected = waitForBackup(ctx, moment) != ""; injected {
+			if injected = waitForBackup(ctx, cfg.momentWait(), moment) != ""; injected {
 				if err := velero.StorageOutage(outage()); err != nil {
 					t.Fatalf("starting versitygw again: %v", err)
 				}
 			}
 		case faultObjectStoreKilled:
-			if injected = waitForBackup(ctx, writeBackDue) != ""; injected {
+			if injected = waitForBackup(ctx, cfg.momentWait(), writeBackDue) != ""; injected {
 				aws, err := filepath.EvalSymlinks(filepath.Join(itemopsPlugins, "velero-plugin-for-aws"))
 				if err != nil {
 					t.Fatal(err)
@@ -125,7 +127,7 @@ func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, serve
 			if fault == faultDeleteFinalizing {
 				moment = inPhase(velerov1api.BackupPhaseFinalizing)
 			}
-			name := waitForBackup(ctx, moment)
+			name := waitForBackup(ctx, cfg.momentWait(), moment)
 			if injected = name != ""; injected {
 				load.mu.Lock()
 				load.deleteRequested[name] = true
@@ -208,15 +210,54 @@ func waiting(phase velerov1api.BackupPhase) bool {
 	return phase == velerov1api.BackupPhaseWaitingForPluginOperations || phase == velerov1api.BackupPhaseWaitingForPluginOperationsPartiallyFailed
 }
 
-// waitForBackup polls for up to 10 s for a Backup at the moment given, and
-// returns its name, or "" if none got there.
-func waitForBackup(ctx context.Context, moment func(*velerov1api.Backup, []itemopsv1alpha1.ItemOperation) bool) string {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		backups := &velerov1api.BackupList{}
+// momentWait is how long a fault waits for its moment: a tenth of the
+// run, from 10 s (the bounded run's 40 s) to 30 s (make test-chaos). Backups
+// reach Finalizing a few times a minute and stay there about half a
+// second: 10 s let a five-minute run draw it six times and meet it never.
+func (c config) momentWait() time.Duration {
+	return min(max(c.duration/10, 10*time.Second), 30*time.Second)
+}
+
+// waitForBackup waits up to wait for a Backup at the moment given,
+// and returns its name, or "" if none got there. It looks at every change
+// of a Backup as it is watched, and every 100 ms at all of them (an
+// ItemOperation's change can bring the moment too).
+func waitForBackup(ctx context.Context, wait time.Duration, moment func(*velerov1api.Backup, []itemopsv1alpha1.ItemOperation) bool) string {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	operationsOf := func(uid types.UID) []itemopsv1alpha1.ItemOperation {
 		ops := &itemopsv1alpha1.ItemOperationList{}
-		if env.Client.List(ctx, backups, client.InNamespace(envtest.VeleroNamespace)) == nil &&
-			env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace)) == nil {
+		if env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace), client.MatchingLabels{itemopsv1alpha1.LabelParentUID: string(uid)}) != nil {
+			return nil
+		}
+		return ops.Items
+	}
+	var events <-chan watch.Event
+	if w, err := env.WatchClient().Watch(ctx, &velerov1api.BackupList{}, client.InNamespace(envtest.VeleroNamespace)); err == nil {
+		defer w.Stop()
+		events = w.ResultChan()
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ""
+		case ev, ok := <-events:
+			if !ok {
+				events = nil // the ticker goes on alone
+				continue
+			}
+			if b, isBackup := ev.Object.(*velerov1api.Backup); isBackup && moment(b, operationsOf(b.UID)) {
+				return b.Name
+			}
+		case <-tick.C:
+			backups := &velerov1api.BackupList{}
+			ops := &itemopsv1alpha1.ItemOperationList{}
+			if env.Client.List(ctx, backups, client.InNamespace(envtest.VeleroNamespace)) != nil ||
+				env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace)) != nil {
+				continue
+			}
 			byParent := map[string][]itemopsv1alpha1.ItemOperation{}
 			for _, op := range ops.Items {
 				byParent[op.Spec.Parent.UID] = append(byParent[op.Spec.Parent.UID], op)
@@ -227,9 +268,7 @@ func waitForBackup(ctx context.Context, moment func(*velerov1api.Backup, []itemo
 				}
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
-	return ""
 }
 
 // childrenOf lists the child processes of pids: the replicas' plugin processes.
