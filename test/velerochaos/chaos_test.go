@@ -32,6 +32,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -209,11 +210,14 @@ type workload struct {
 	restored map[string]bool
 	// deleteRequested: Backups a DeleteBackupRequest named.
 	deleteRequested map[string]bool
-	failures        []error
+	// uids: each Backup's UID as created, to tell it from a Backup of the
+	// same name that Velero's backup sync makes from the bucket.
+	uids     map[string]types.UID
+	failures []error
 }
 
 func newWorkload(cfg config, rng *rand.Rand) *workload {
-	return &workload{cfg: cfg, rng: rng, restored: map[string]bool{}, deleteRequested: map[string]bool{}}
+	return &workload{cfg: cfg, rng: rng, restored: map[string]bool{}, deleteRequested: map[string]bool{}, uids: map[string]types.UID{}}
 }
 
 func (l *workload) run(ctx context.Context) {
@@ -303,8 +307,14 @@ func (l *workload) backup(ctx context.Context, i int) error {
 	if err := retrying(ctx, func() error { return client.IgnoreAlreadyExists(env.Client.Create(ctx, b)) }); err != nil {
 		return err
 	}
+	if b.UID == "" { // created by an attempt whose answer was lost
+		if err := retrying(ctx, func() error { return env.Client.Get(ctx, client.ObjectKeyFromObject(b), b) }); err != nil {
+			return err
+		}
+	}
 	l.mu.Lock()
 	l.backups = append(l.backups, ns)
+	l.uids[ns] = b.UID
 	l.mu.Unlock()
 	return nil
 }

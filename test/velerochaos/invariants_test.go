@@ -46,7 +46,10 @@ type invariants struct {
 	phases   map[string]int
 	failedBy []string
 	// deleted: Backups gone after a DeleteBackupRequest.
-	deleted    int
+	deleted int
+	// resynced: Backups deleted on request whose name Velero's backup sync
+	// gave to a new Backup made from what the bucket still held.
+	resynced   []string
 	operations int
 	// What must stay zero.
 	wrongPhase, notEnded, fileDisagrees, lost, duplicated, cancelledTwice, unreadable int
@@ -122,6 +125,18 @@ func check(ctx context.Context, t testing.TB, load *workload) *invariants {
 		}
 		if err != nil {
 			t.Fatal(err)
+		}
+		load.mu.Lock()
+		requested, created := load.deleteRequested[name], load.uids[name]
+		load.mu.Unlock()
+		if b.UID != created {
+			// Not the Backup the workload made: one of its name that
+			// Velero's backup sync made from what the bucket held.
+			if !requested {
+				inv.fail(&inv.lost, "Backup %s was replaced (UID %s, created as %s), though no one asked to delete it", name, b.UID, created)
+			}
+			inv.resynced = append(inv.resynced, fmt.Sprintf("Backup %s: deleted on request, then made again by Velero's backup sync from the bucket, %s", name, b.Status.Phase))
+			continue
 		}
 		p := parent{kind: "Backup", name: name, uid: string(b.UID), phase: string(b.Status.Phase),
 			attempted: b.Status.BackupItemOperationsAttempted, errors: b.Status.Errors, failure: b.Status.FailureReason}
@@ -306,6 +321,12 @@ func (r result) markdown() string {
 		b.WriteString("\n## Failed by Velero itself\n\n")
 		for _, f := range inv.failedBy {
 			fmt.Fprintf(&b, "- %s\n", f)
+		}
+	}
+	if len(inv.resynced) > 0 {
+		b.WriteString("\n## Deleted, then synced back by Velero\n\n")
+		for _, r := range inv.resynced {
+			fmt.Fprintf(&b, "- %s\n", r)
 		}
 	}
 	if len(inv.details) > 0 {
