@@ -90,27 +90,43 @@ func (s *Store) BackupOperations(ctx context.Context, backup *velerov1api.Backup
 // file (ErrMalformed); an error it returns leaves the file as it was.
 func (s *Store) UpdateBackupOperations(ctx context.Context, backup *velerov1api.Backup,
 	update func([]*itemoperation.BackupOperation, error) ([]*itemoperation.BackupOperation, error)) error {
+	return updateFile(ctx, s, backup.Spec.StorageLocation, "backup "+backup.Name,
+		func(bs persistence.BackupStore) ([]*itemoperation.BackupOperation, error) {
+			return bs.GetBackupItemOperations(backup.Name)
+		},
+		func(bs persistence.BackupStore, body io.Reader) error {
+			return bs.PutBackupItemOperations(backup.Name, body)
+		},
+		update)
+}
+
+// updateFile is the read, update and write of one operations file in one
+// session, for UpdateBackupOperations and UpdateRestoreOperations; what
+// names the file's parent in errors.
+func updateFile[R any](ctx context.Context, s *Store, location, what string,
+	get func(persistence.BackupStore) ([]R, error), put func(persistence.BackupStore, io.Reader) error,
+	update func([]R, error) ([]R, error)) error {
 	opened := false
-	err := s.withBackupStore(ctx, backup.Spec.StorageLocation, true, func(bs persistence.BackupStore) error {
+	err := s.withBackupStore(ctx, location, true, func(bs persistence.BackupStore) error {
 		opened = true
-		ops, err := bs.GetBackupItemOperations(backup.Name)
+		records, err := get(bs)
 		if err = classifyRead(err); err != nil {
-			err = fmt.Errorf("reading the item operations of backup %s: %w", backup.Name, err)
+			err = fmt.Errorf("reading the item operations of %s: %w", what, err)
 		}
-		if ops, err = update(ops, err); err != nil {
+		if records, err = update(records, err); err != nil {
 			return err
 		}
-		body, err := gzipJSON(ops)
+		body, err := gzipJSON(records)
 		if err == nil {
-			err = bs.PutBackupItemOperations(backup.Name, body)
+			err = put(bs, body)
 		}
 		if err != nil {
-			return fmt.Errorf("writing the item operations of backup %s: %w", backup.Name, err)
+			return fmt.Errorf("writing the item operations of %s: %w", what, err)
 		}
 		return nil
 	})
 	if err != nil && !opened {
-		return fmt.Errorf("writing the item operations of backup %s: %w", backup.Name, err)
+		return fmt.Errorf("writing the item operations of %s: %w", what, err)
 	}
 	return err
 }
@@ -173,29 +189,14 @@ func (s *Store) UpdateRestoreOperations(ctx context.Context, restore *velerov1ap
 	if err != nil {
 		return fmt.Errorf("writing the item operations of restore %s: %w", restore.Name, err)
 	}
-	opened := false
-	err = s.withBackupStore(ctx, location, true, func(bs persistence.BackupStore) error {
-		opened = true
-		ops, err := bs.GetRestoreItemOperations(restore.Name)
-		if err = classifyRead(err); err != nil {
-			err = fmt.Errorf("reading the item operations of restore %s: %w", restore.Name, err)
-		}
-		if ops, err = update(ops, err); err != nil {
-			return err
-		}
-		body, err := gzipJSON(ops)
-		if err == nil {
-			err = bs.PutRestoreItemOperations(restore.Name, body)
-		}
-		if err != nil {
-			return fmt.Errorf("writing the item operations of restore %s: %w", restore.Name, err)
-		}
-		return nil
-	})
-	if err != nil && !opened {
-		return fmt.Errorf("writing the item operations of restore %s: %w", restore.Name, err)
-	}
-	return err
+	return updateFile(ctx, s, location, "restore "+restore.Name,
+		func(bs persistence.BackupStore) ([]*itemoperation.RestoreOperation, error) {
+			return bs.GetRestoreItemOperations(restore.Name)
+		},
+		func(bs persistence.BackupStore, body io.Reader) error {
+			return bs.PutRestoreItemOperations(restore.Name, body)
+		},
+		update)
 }
 
 // restoreLocation is the location of the backup a restore reads, where
