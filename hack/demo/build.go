@@ -19,6 +19,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -91,6 +92,9 @@ func buildAll(ctx context.Context, out io.Writer, root, work string, builds []*b
 			switch {
 			case !b.done:
 				lines = append(lines, fmt.Sprintf("    %-32s building  %s", b.what, time.Since(start).Round(time.Second)))
+			case errors.Is(b.err, context.Canceled):
+				// Ctrl-C: its log goes with the demo's files.
+				lines = append(lines, fmt.Sprintf("    %-32s stopped after %s", b.what, b.took.Round(time.Second)))
 			case b.err != nil:
 				lines = append(lines, fmt.Sprintf("    %-32s FAILED after %s (log: %s)", b.what, b.took.Round(time.Second), b.logPath))
 			case b.took < 3*time.Second:

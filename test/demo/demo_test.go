@@ -15,8 +15,8 @@ limitations under the License.
 */
 
 // Package demo runs `make demo DEMO=synthetic` as a person does, in a
-// terminal, and types Ctrl-C: in the live view and once the Backup has
-// ended. Each time make must exit 0 with the demo's one line saying it
+// terminal, and types Ctrl-C: while it builds, in the live view and once
+// the Backup has ended. Each time make must exit 0 with the demo's one line saying it
 // stopped, and nothing the demo started may be left: no process, no file.
 // (test/interop runs the real flow.)
 package demo
@@ -61,6 +61,9 @@ func TestCtrlCEndsTheDemo(t *testing.T) {
 		// ready says when to type Ctrl-C.
 		ready func(output string) bool
 	}{
+		{"while it builds", func(output string) bool {
+			return strings.Contains(output, " building  ")
+		}},
 		{"in the live view", func(output string) bool {
 			// The view hides the cursor while it draws.
 			i := strings.Index(output, "kubeconfig: ")
@@ -72,6 +75,9 @@ func TestCtrlCEndsTheDemo(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
+			// The demo's files go to a directory of its own in TMPDIR.
+			tmp := t.TempDir()
+			t.Setenv("TMPDIR", tmp)
 			s, err := pseudoterm.Start(root, 160, 50, "make", "demo", "DEMO=synthetic")
 			g.Expect(err).NotTo(HaveOccurred())
 			defer s.Close()
@@ -79,10 +85,13 @@ func TestCtrlCEndsTheDemo(t *testing.T) {
 			// demo builds kube-apiserver and etcd.
 			g.Eventually(func() bool { return c.ready(s.Output()) }, 20*time.Minute, 200*time.Millisecond).Should(BeTrue(),
 				func() string { return s.Output() })
-			m := workDir.FindStringSubmatch(s.Output())
-			g.Expect(m).NotTo(BeNil())
-			work := m[1]
-			g.Expect(work).To(BeADirectory())
+			works, err := filepath.Glob(filepath.Join(tmp, "itemops-demo-*"))
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(works).To(HaveLen(1), s.Output())
+			work := works[0]
+			if m := workDir.FindStringSubmatch(s.Output()); m != nil {
+				g.Expect(m[1]).To(Equal(work))
+			}
 
 			g.Expect(s.CtrlC()).To(Succeed())
 			code, err := s.Wait(2 * time.Minute)
@@ -92,6 +101,12 @@ func TestCtrlCEndsTheDemo(t *testing.T) {
 			g.Expect(output).To(ContainSubstring("demo: stopped; everything it started has ended and its files are removed"))
 			g.Expect(strings.Count(output, "demo: stopped")).To(Equal(1))
 			g.Expect(output).NotTo(ContainSubstring("make: ***"))
+			// A build ended by the Ctrl-C was stopped, not failed (its log
+			// goes with the demo's files).
+			g.Expect(output).NotTo(ContainSubstring("FAILED"))
+			if c.name == "while it builds" {
+				g.Expect(output).To(ContainSubstring("stopped after"))
+			}
 			g.Expect(work).NotTo(BeAnExistingFile(), "the demo's files are removed")
 			g.Eventually(func() []string { return mentioning(work) }, 10*time.Second).Should(BeEmpty(), "nothing the demo started still runs")
 		})
