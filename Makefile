@@ -77,12 +77,14 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  hack/envtest-assets.sh > "$$assets_out" & assets=$$!; \
 	  go -C hack/tools/prometheus build -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
 	  go -C hack/tools/image build -o /dev/null . & image=$$!; \
+	  hack/cluster-packages.sh & packages=$$!; \
 	  $(MAKE) --no-print-directory verify vet; \
-	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$assets; wait $$promtool; wait $$image; \
+	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$assets; wait $$promtool; wait $$image; wait $$packages; \
 	  KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh
 
 .PHONY: test-e2e
-test-e2e: ## Run only the end-to-end suites (label e2e): the itemops binary, itemops beside the real velero server, on Velero's CSI data mover, kubectl-itemops, and an upgrade in flight from an earlier commit (needs the git history).
+test-e2e: ## Run only the end-to-end suites (label e2e): the itemops binary, itemops beside the real velero server, on Velero's CSI data mover, kubectl-itemops, an upgrade in flight from an earlier commit (needs the git history), and itemops installed on a real one-node cluster (needs root).
+	hack/cluster-packages.sh
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" ITEMOPS_UPGRADE=1 LABELS='e2e$(if $(LABELS), && ($(LABELS)))' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' RACE=0 hack/test.sh
 
 # FUZZTIME bounds each fuzz target of test-chaos; CHAOS_DURATION, CHAOS_BACKUPS
@@ -164,6 +166,11 @@ deploy: ## Deploy the manager with config/default into the cluster (needs kubect
 .PHONY: undeploy
 undeploy: ## Remove what deploy created.
 	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -
+
+.PHONY: cluster
+cluster: ## Run a real one-node Kubernetes here (needs root; installs containerd, runc, the CNI plugins and iptables with apt-get when missing) with Velero and itemops installed as the README says; prints how to reach it; Ctrl-C tears it all down.
+	hack/cluster-packages.sh
+	@go run ./hack/cluster $(CLUSTER_ARGS)
 
 ##@ Demo
 

@@ -9,6 +9,10 @@
 #   hack/cached-binary.sh velero-plugin-for-aws  # the AWS ObjectStore/VolumeSnapshotter plugin
 #   hack/cached-binary.sh helm                   # the helm v3 CLI, to lint and render the chart
 #
+# Every binary is static (CGO_ENABLED=0), as the projects' own images build
+# them: the same file runs on this machine and in the images test/cluster
+# builds.
+#
 # ITEMOPS_VELERO_BIN, ITEMOPS_VERSITYGW_BIN, ITEMOPS_AWS_PLUGIN and ITEMOPS_HELM_BIN, when set
 # to an executable, win and nothing is built. With ITEMOPS_CACHED_ONLY=1 a
 # binary that is not built yet is not built either: the script exits 3.
@@ -17,6 +21,8 @@ set -euo pipefail
 name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm}"
 cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/bin"
 override_var="ITEMOPS_$(tr '[:lower:]' '[:upper:]' <<<"${name}")_BIN"
+# Further commands of the same module, built into the same directory.
+extra=()
 case "${name}" in
   velero)
     version="${VELERO_VERSION:-1.18.3}"
@@ -40,6 +46,8 @@ case "${name}" in
     version="${VELERO_PLUGIN_FOR_AWS_VERSION:-1.14.3}"
     module="github.com/vmware-tanzu/velero-plugin-for-aws"
     pkg="github.com/vmware-tanzu/velero-plugin-for-aws/velero-plugin-for-aws"
+    # The copier its image runs as an init container, built beside it.
+    extra=("github.com/vmware-tanzu/velero-plugin-for-aws/hack/cp-plugin")
     replaces=()
     ldflags=""
     override_var=ITEMOPS_AWS_PLUGIN
@@ -72,7 +80,7 @@ if [[ -n "${!override_var:-}" ]]; then
   exit 1
 fi
 
-dest="${cache_root}/${name}-v${version}/${name}"
+dest="${cache_root}/${name}-v${version}-static/${name}"
 if [[ -x "${dest}" ]]; then
   echo "${dest}"
   exit 0
@@ -95,7 +103,7 @@ fi
 
 work="$(mktemp -d "${cache_root}/build.XXXXXX")"
 trap 'rm -rf "${work}"' EXIT
-export GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
+export GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
 echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
 (
@@ -108,7 +116,13 @@ echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
   echo "package tools; import _ \"${pkg}\"" > tools.go
   go mod tidy
   go build -trimpath -ldflags "-s -w ${ldflags}" -o "${work}/${name}" "${pkg}"
+  for e in "${extra[@]}"; do
+    go build -trimpath -ldflags "-s -w" -o "${work}/$(basename "${e}")" "${e}"
+  done
 ) >&2
 mkdir -p "$(dirname "${dest}")"
+for e in "${extra[@]}"; do
+  mv "${work}/$(basename "${e}")" "$(dirname "${dest}")/"
+done
 mv "${work}/${name}" "${dest}"
 echo "${dest}"

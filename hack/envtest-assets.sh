@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Builds the envtest control plane (kube-apiserver and etcd) from the Go module
-# proxy into a per-machine cache and prints the directory that holds them, for
-# use as KUBEBUILDER_ASSETS. Prebuilt envtest archives cannot be downloaded in
-# every environment; the module proxy can always be reached.
+# Builds the Kubernetes binaries the tests run from the Go module proxy into a
+# per-machine cache and prints the directory that holds them, for use as
+# KUBEBUILDER_ASSETS: envtest's control plane (kube-apiserver and etcd) and the
+# rest of a one-node cluster (kube-controller-manager, kube-scheduler, kubelet
+# and kube-proxy) and kubectl, which test/cluster runs. The Kubernetes commands
+# come from one module and one `go build`, so that their shared packages
+# compile once. Prebuilt archives cannot be downloaded in every environment; the
+# module proxy can always be reached.
 #
-# KUBEBUILDER_ASSETS, when already set to a directory holding both binaries,
-# wins and nothing is built. Progress goes to stderr; stdout is the directory.
+# KUBEBUILDER_ASSETS, when already set to a directory holding kube-apiserver
+# and etcd, wins and nothing is built (test/cluster then needs the node's
+# binaries there too). Progress goes to stderr; stdout is the directory.
 set -euo pipefail
 
 KUBE_VERSION="${ENVTEST_KUBE_VERSION:-1.34.4}"
@@ -20,9 +25,16 @@ if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
   exit 1
 fi
 
+kube_commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/envtest"
 dest="${cache_root}/${KUBE_VERSION}-etcd${ETCD_VERSION}"
-if [[ -x "${dest}/kube-apiserver" && -x "${dest}/etcd" ]]; then
+built() {
+  local b
+  for b in "${kube_commands[@]}" etcd; do
+    [[ -x "${dest}/${b}" ]] || return 1
+  done
+}
+if built; then
   echo "${dest}"
   exit 0
 fi
@@ -32,7 +44,7 @@ mkdir -p "${cache_root}"
 if command -v flock >/dev/null 2>&1; then
   exec 9>"${cache_root}/.lock"
   flock 9
-  if [[ -x "${dest}/kube-apiserver" && -x "${dest}/etcd" ]]; then
+  if built; then
     echo "${dest}"
     exit 0
   fi
@@ -45,12 +57,12 @@ mkdir -p "${stage}"
 # Pinned module graph only; never consult or edit a parent go.work.
 export GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
 
-build_apiserver() {
-  local dir="${work}/kube-apiserver"
+build_kubernetes() {
+  local dir="${work}/kubernetes"
   mkdir -p "${dir}"
   (
     cd "${dir}"
-    go mod init envtest/kube-apiserver >/dev/null 2>&1
+    go mod init envtest/kubernetes >/dev/null 2>&1
     # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them
     # with local paths, which a dependent module cannot see: pin each one to the
     # matching published release instead.
@@ -69,15 +81,23 @@ build_apiserver() {
       for m in ${staging}; do echo "  ${m} => ${m} v0.${minor}"; done
       echo ")"
     } >> go.mod
-    echo 'package tools; import _ "k8s.io/kubernetes/cmd/kube-apiserver"' > tools.go
+    local c pkgs=()
+    {
+      echo 'package tools'
+      for c in "${kube_commands[@]}"; do
+        pkgs+=("k8s.io/kubernetes/cmd/${c}")
+        echo "import _ \"k8s.io/kubernetes/cmd/${c}\""
+      done
+    } > tools.go
     go mod tidy
     local pkg=k8s.io/component-base/version
-    go build -trimpath -o "${stage}/kube-apiserver" -ldflags "-s -w \
+    # Static, as Kubernetes' own release builds them (CGO_ENABLED=0).
+    CGO_ENABLED=0 go build -trimpath -o "${stage}/" -ldflags "-s -w \
       -X ${pkg}.gitVersion=v${KUBE_VERSION} \
       -X ${pkg}.gitMajor=${KUBE_VERSION%%.*} \
       -X ${pkg}.gitMinor=${minor%%.*} \
       -X ${pkg}.gitTreeState=clean" \
-      k8s.io/kubernetes/cmd/kube-apiserver
+      "${pkgs[@]}"
   )
 }
 
@@ -102,11 +122,13 @@ MOD
   )
 }
 
-echo "building envtest assets (kube-apiserver v${KUBE_VERSION}, etcd v${ETCD_VERSION}) into ${dest}; this runs once per machine" >&2
+echo "building the Kubernetes binaries (${kube_commands[*]} v${KUBE_VERSION}, etcd v${ETCD_VERSION}) into ${dest}; this runs once per machine" >&2
 start=$(date +%s)
-build_apiserver >&2
+build_kubernetes >&2
 build_etcd >&2
 mkdir -p "${dest}"
-mv "${stage}/kube-apiserver" "${stage}/etcd" "${dest}/"
+for b in "${kube_commands[@]}" etcd; do
+  mv "${stage}/${b}" "${dest}/"
+done
 echo "envtest assets built in $(( $(date +%s) - start ))s" >&2
 echo "${dest}"

@@ -9,11 +9,13 @@
 #   PACKAGES   the packages to look at (default: ./...)
 #
 # With LABELS or FOCUS set, only Ginkgo suites run: the plain packages have no
-# labels. Four lanes run side by side, as go test runs packages side by side:
+# labels. Five lanes run side by side, as go test runs packages side by side:
 # the suites that start the real velero server (label velero), one after the
 # other and one spec at a time: a velero server binds fixed ports, and they
-# take turns on it; the chaos suite (label chaos), one process; the other
-# Ginkgo suites, two processes each; and the plain packages.
+# take turns on it; the suite on a real one-node cluster (label cluster), one
+# process (one cluster runs on a machine at a time); the chaos suite (label
+# chaos), one process; the other Ginkgo suites, two processes each; and the
+# plain packages.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,11 +29,13 @@ ginkgo=(go tool -modfile="$root/hack/tools/go.mod" ginkgo)
 
 # Every package with tests, as a directory relative to the root.
 mapfile -t dirs < <(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.Dir}}{{end}}' $PACKAGES | sed "s|^$root|.|; s|^\.$|./|" | sed '/^$/d')
-velero=() serial=() parallel=() plain=()
+velero=() cluster=() serial=() parallel=() plain=()
 for d in "${dirs[@]}"; do
   suite="$d/suite_test.go"
   if [[ -f "$suite" ]] && grep -q 'RunSpecs(' "$suite"; then
-    if grep -E 'RunSpecs\(.*Label\(.*"velero"' "$suite" > /dev/null; then
+    if grep -E 'RunSpecs\(.*Label\(.*"cluster"' "$suite" > /dev/null; then
+      cluster+=("$d")
+    elif grep -E 'RunSpecs\(.*Label\(.*"velero"' "$suite" > /dev/null; then
       velero+=("$d")
     elif grep -E 'RunSpecs\(.*Label\(.*"chaos"' "$suite" > /dev/null; then
       serial+=("$d")
@@ -74,6 +78,7 @@ lane() { # name command...
   names+=("$name")
 }
 ((${#velero[@]})) && lane velero "${ginkgo[@]}" "${flags[@]}" "${velero[@]}"
+((${#cluster[@]})) && lane cluster "${ginkgo[@]}" "${flags[@]}" "${cluster[@]}"
 ((${#serial[@]})) && lane serial "${ginkgo[@]}" "${flags[@]}" "${serial[@]}"
 ((${#parallel[@]})) && lane parallel "${ginkgo[@]}" "${flags[@]}" --procs=2 "${parallel[@]}"
 ((${#plain[@]})) && lane plain "${gotest[@]}" "${plain[@]}"

@@ -408,4 +408,40 @@ var _ = Describe("The chart", Ordered, func() {
 		withTag := initContainers(render(t, "--set", "builtinPlugins.image.tag=v1.17.1"))
 		g.Expect(withTag["velero-builtin-plugins"].Image).To(Equal("velero/velero:v1.17.1"))
 	})
+
+	// A location whose spec.credential names none is reached with Velero's
+	// default credentials, which Velero's pod finds through variables
+	// pointing at its mounted Secret; itemops' plugin processes need the
+	// same, or the location's plugin looks for a cloud role and fails.
+	It("Velero's default credentials are mounted and named as Velero's pod has them", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		manager := func(objects []*unstructured.Unstructured) *corev1.PodSpec {
+			deployments := find(objects, "Deployment")
+			g.Expect(deployments).To(HaveLen(1))
+			d := &appsv1.Deployment{}
+			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(deployments[0].Object, d)).To(Succeed())
+			return &d.Spec.Template.Spec
+		}
+		plain := manager(render(t))
+		g.Expect(plain.Containers[0].Env).To(BeEmpty())
+		g.Expect(plain.Volumes).NotTo(ContainElement(HaveField("Name", "cloud-credentials")))
+
+		with := manager(render(t, "--set", "credentials.existingSecret=cloud-credentials",
+			"--set", "extraEnv[0].name=EXTRA", "--set", "extraEnv[0].value=1"))
+		var env []string
+		for _, e := range with.Containers[0].Env {
+			env = append(env, e.Name+"="+e.Value)
+		}
+		g.Expect(env).To(Equal([]string{
+			"GOOGLE_APPLICATION_CREDENTIALS=/credentials/cloud", "AWS_SHARED_CREDENTIALS_FILE=/credentials/cloud",
+			"AZURE_CREDENTIALS_FILE=/credentials/cloud", "ALIBABA_CLOUD_CREDENTIALS_FILE=/credentials/cloud", "EXTRA=1",
+		}))
+		g.Expect(with.Containers[0].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "cloud-credentials", MountPath: "/credentials", ReadOnly: true}))
+		g.Expect(with.Volumes).To(ContainElement(And(HaveField("Name", "cloud-credentials"),
+			HaveField("VolumeSource.Secret.SecretName", "cloud-credentials"))))
+
+		key := manager(render(t, "--set", "credentials.existingSecret=velero", "--set", "credentials.key=aws"))
+		g.Expect(key.Containers[0].Env).To(ContainElement(corev1.EnvVar{Name: "AWS_SHARED_CREDENTIALS_FILE", Value: "/credentials/aws"}))
+	})
 })

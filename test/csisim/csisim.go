@@ -78,15 +78,55 @@ type Cluster struct {
 	Driver string
 	// Rate is how many bytes a transfer moves per second.
 	Rate int64
+	// Roles are the parts played; none means every part, the node-agent
+	// DaemonSet's status included (a control plane without nodes). In a
+	// real cluster each part runs in a pod of its own and the DaemonSet is
+	// Velero's, its status the DaemonSet controller's.
+	Roles []Role
+	// NodeName is the node transfers run on (Node when empty).
+	NodeName string
 
 	stop context.CancelFunc
 	done chan struct{}
 }
 
-// Start creates the node-agent DaemonSet and runs the loops.
+// Role is one part of the cluster that a Cluster plays.
+type Role string
+
+// The roles.
+const (
+	// RoleSnapshotController binds VolumeSnapshots to ready contents.
+	RoleSnapshotController Role = "snapshot-controller"
+	// RoleNodeAgent runs the data path of DataUploads and DataDownloads.
+	RoleNodeAgent Role = "node-agent"
+)
+
+func (c *Cluster) plays(r Role) bool {
+	if len(c.Roles) == 0 {
+		return true
+	}
+	for _, have := range c.Roles {
+		if have == r {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Cluster) node() string {
+	if c.NodeName != "" {
+		return c.NodeName
+	}
+	return Node
+}
+
+// Start creates the node-agent DaemonSet (when it plays every role) and
+// runs the loops.
 func (c *Cluster) Start(ctx context.Context) error {
-	if err := c.nodeAgent(ctx); err != nil {
-		return err
+	if len(c.Roles) == 0 {
+		if err := c.nodeAgent(ctx); err != nil {
+			return err
+		}
 	}
 	ctx, c.stop = context.WithCancel(ctx)
 	c.done = make(chan struct{})
@@ -102,9 +142,13 @@ func (c *Cluster) Start(ctx context.Context) error {
 			}
 			// Errors are conflicts with the other writers or an API server
 			// restarting: the next round tries again, as a controller does.
-			_ = c.snapshots(ctx)
-			_ = c.uploads(ctx)
-			_ = c.downloads(ctx)
+			if c.plays(RoleSnapshotController) {
+				_ = c.snapshots(ctx)
+			}
+			if c.plays(RoleNodeAgent) {
+				_ = c.uploads(ctx)
+				_ = c.downloads(ctx)
+			}
 		}
 	}()
 	return nil
@@ -253,9 +297,9 @@ func (c *Cluster) uploads(ctx context.Context) error {
 				s.Message = "data path canceled"
 			}
 		case s.Phase == "" || s.Phase == velerov2alpha1.DataUploadPhaseNew:
-			s.Phase, s.AcceptedByNode, s.AcceptedTimestamp = velerov2alpha1.DataUploadPhaseAccepted, Node, &now
+			s.Phase, s.AcceptedByNode, s.AcceptedTimestamp = velerov2alpha1.DataUploadPhaseAccepted, c.node(), &now
 		case s.Phase == velerov2alpha1.DataUploadPhaseAccepted:
-			s.Phase, s.Node = velerov2alpha1.DataUploadPhasePrepared, Node
+			s.Phase, s.Node = velerov2alpha1.DataUploadPhasePrepared, c.node()
 		case s.Phase == velerov2alpha1.DataUploadPhasePrepared:
 			s.Phase, s.StartTimestamp, s.NodeOS = velerov2alpha1.DataUploadPhaseInProgress, &now, velerov2alpha1.NodeOSLinux
 			if pvc != nil {
@@ -301,9 +345,9 @@ func (c *Cluster) downloads(ctx context.Context) error {
 		case dd.Spec.Cancel:
 			s.Phase, s.CompletionTimestamp = velerov2alpha1.DataDownloadPhaseCanceled, &now
 		case s.Phase == "" || s.Phase == velerov2alpha1.DataDownloadPhaseNew:
-			s.Phase, s.AcceptedByNode, s.AcceptedTimestamp = velerov2alpha1.DataDownloadPhaseAccepted, Node, &now
+			s.Phase, s.AcceptedByNode, s.AcceptedTimestamp = velerov2alpha1.DataDownloadPhaseAccepted, c.node(), &now
 		case s.Phase == velerov2alpha1.DataDownloadPhaseAccepted:
-			s.Phase, s.Node = velerov2alpha1.DataDownloadPhasePrepared, Node
+			s.Phase, s.Node = velerov2alpha1.DataDownloadPhasePrepared, c.node()
 		case s.Phase == velerov2alpha1.DataDownloadPhasePrepared:
 			s.Phase, s.StartTimestamp = velerov2alpha1.DataDownloadPhaseInProgress, &now
 			s.Progress.TotalBytes = dd.Spec.SnapshotSize

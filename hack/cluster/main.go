@@ -1,0 +1,101 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Command cluster is `make cluster`: a real one-node Kubernetes on this
+// machine (test/localcluster) with Velero and itemops installed by the
+// README's commands (test/stack), until Ctrl-C, which tears it all down and
+// leaves the machine as it was.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/itemops/itemops/test/localcluster"
+	"github.com/itemops/itemops/test/stack"
+)
+
+func main() {
+	bare := flag.Bool("bare", false, "bring up the cluster only, without Velero and itemops")
+	flag.Parse()
+	if err := run(*bare); err != nil {
+		fmt.Fprintln(os.Stderr, "cluster:", err)
+		os.Exit(1)
+	}
+}
+
+func run(bare bool) (err error) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	fmt.Println("cluster: building what it runs (the first time on a machine: about 30 minutes)")
+	bins, err := stack.FindBinaries(ctx, root)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: bins.KubeDir, Log: os.Stdout})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Println("cluster: tearing it all down")
+		if stopErr := c.Stop(context.Background()); stopErr != nil && err == nil {
+			err = stopErr
+		}
+	}()
+	fmt.Printf("cluster: the node is Ready (%.1fs)\n", time.Since(started).Seconds())
+	work := filepath.Join(c.Dir, "work")
+	s, err := stack.New(ctx, c, root, work, bins, os.Stdout)
+	if err != nil {
+		return err
+	}
+	if !bare {
+		tarballs, err := stack.BuildImages(ctx, root, filepath.Join(work, "images"), bins, "dev")
+		if err != nil {
+			return err
+		}
+		for _, t := range tarballs {
+			if err := c.ImportImage(ctx, t); err != nil {
+				return err
+			}
+		}
+		if err := s.Install(ctx, "dev"); err != nil {
+			return err
+		}
+	}
+	fmt.Printf(`
+cluster: ready in %.0fs. In another terminal:
+
+  cd %s
+  export KUBECONFIG=%s PATH=%s:$PATH
+  kubectl -n velero get pods,itemoperations
+
+Velero's bucket is %s; the README's helm commands run there as written.
+Ctrl-C tears it all down.
+`, time.Since(started).Seconds(), work, c.Kubeconfig, s.Bin, stack.S3URL)
+	<-ctx.Done()
+	return nil
+}

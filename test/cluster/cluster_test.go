@@ -1,0 +1,401 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/csisim"
+	"github.com/itemops/itemops/test/plugins/sim"
+	"github.com/itemops/itemops/test/stack"
+)
+
+// The plugins whose operations the Backups hold.
+const (
+	sampleDatamover = "itemops.io/sample-datamover"
+	sampleRestorer  = "itemops.io/sample-restorer"
+	csiBackupper    = "velero.io/csi-pvc-backupper"
+	csiRestorer     = "velero.io/csi-pvc-restorer"
+)
+
+// leaseName is the manager's leader election Lease, in Velero's namespace.
+const leaseName = "itemops.itemops.io"
+
+// managerPods selects itemops' pods.
+var managerPods = client.MatchingLabels{"app.kubernetes.io/name": "itemops", "app.kubernetes.io/component": "manager"}
+
+// item is one object of an application namespace whose backup is an
+// asynchronous operation: a ConfigMap the sample data mover uploads, or a
+// PVC Velero's CSI data mover moves.
+type item struct {
+	name        string
+	pvc         bool
+	size, speed string
+	failAt      int
+}
+
+// appNamespace creates a namespace holding the items.
+func appNamespace(ctx context.Context, name string, items ...item) {
+	Expect(s.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
+	standins := &csisim.Cluster{Client: s.Client, Driver: stack.Driver}
+	for _, it := range items {
+		if it.pvc {
+			Expect(standins.BoundPVC(ctx, name, it.name, it.size, map[string]string{csisim.AnnotationRate: it.speed})).To(Succeed())
+			continue
+		}
+		annotations := map[string]string{sim.AnnotationSize: it.size, sim.AnnotationSpeed: it.speed}
+		if it.failAt > 0 {
+			annotations[sim.AnnotationFailAt] = fmt.Sprint(it.failAt)
+		}
+		Expect(s.Client.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: it.name, Namespace: name, Labels: map[string]string{sim.LabelSelect: "yes"}, Annotations: annotations},
+			Data:       map[string]string{"item": it.name},
+		})).To(Succeed())
+	}
+}
+
+// run runs a command line as a user types it, in the stack's working
+// directory, and returns its output.
+func run(ctx context.Context, script string) string {
+	out, err := s.Run(ctx, script)
+	Expect(err).NotTo(HaveOccurred())
+	return out
+}
+
+func getBackup(g Gomega, name string) *velerov1api.Backup {
+	b := &velerov1api.Backup{}
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: name}, b)).To(Succeed())
+	return b
+}
+
+func backupPhase(name string) func(g Gomega) velerov1api.BackupPhase {
+	return func(g Gomega) velerov1api.BackupPhase { return getBackup(g, name).Status.Phase }
+}
+
+// operationsOf lists a parent's ItemOperations by the name of the item
+// each moves.
+func operationsOf(g Gomega, kind, parent string) map[string]itemopsv1alpha1.ItemOperation {
+	list := &itemopsv1alpha1.ItemOperationList{}
+	g.Expect(s.Client.List(context.Background(), list, client.InNamespace(stack.VeleroNamespace),
+		client.MatchingLabels{itemopsv1alpha1.LabelParentKind: kind, itemopsv1alpha1.LabelParentName: parent})).To(Succeed())
+	out := map[string]itemopsv1alpha1.ItemOperation{}
+	for _, op := range list.Items {
+		out[op.Spec.Resource.Name] = op
+	}
+	return out
+}
+
+// summary is what matters of each operation: its plugin and phase.
+func summary(ops map[string]itemopsv1alpha1.ItemOperation) map[string]string {
+	out := map[string]string{}
+	for item, op := range ops {
+		out[item] = op.Spec.Plugin.Name + " " + string(op.Status.Phase)
+	}
+	return out
+}
+
+// waitMoving waits until a parent has its n ItemOperations and one of
+// them is seen part-way. An operation's first status is written once a
+// progress interval (the chart's 30s) after itemops began to watch it,
+// so the suite's operations run for a minute or more.
+func waitMoving(ctx context.Context, kind, parent string, n int) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		ops := operationsOf(g, kind, parent)
+		g.Expect(ops).To(HaveLen(n))
+		progress := map[string]string{}
+		for item, op := range ops {
+			progress[item] = fmt.Sprintf("%s %d/%d", op.Status.Phase, op.Status.NCompleted, op.Status.NTotal)
+			if op.Status.Phase == itemopsv1alpha1.OperationPhaseInProgress && op.Status.NCompleted > 0 && op.Status.NCompleted < op.Status.NTotal {
+				return
+			}
+		}
+		g.Expect(progress).To(BeNil(), "no operation seen part-way")
+	}).WithContext(ctx).WithTimeout(90 * time.Second).Should(Succeed())
+}
+
+// cancelled lists the operations that were ever asked to cancel: by
+// itemops' record (the Canceled condition) and by the sample plugins' own
+// (every Cancel call they received).
+func cancelled(g Gomega, ops map[string]itemopsv1alpha1.ItemOperation) []string {
+	var out []string
+	for item, op := range ops {
+		if apimeta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionCanceled) != nil {
+			out = append(out, item+" (condition Canceled)")
+		}
+		if !strings.HasPrefix(op.Spec.Plugin.Name, "itemops.io/") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(s.SampleStateDir(), op.Spec.OperationID+".json"))
+		g.Expect(err).NotTo(HaveOccurred())
+		st := &sim.State{}
+		g.Expect(json.Unmarshal(data, st)).To(Succeed())
+		if st.Cancels > 0 {
+			out = append(out, fmt.Sprintf("%s (%d Cancel calls)", item, st.Cancels))
+		}
+	}
+	return out
+}
+
+// managers returns itemops' pods.
+func managers(g Gomega) []corev1.Pod {
+	pods := &corev1.PodList{}
+	g.Expect(s.Client.List(context.Background(), pods, client.InNamespace(stack.VeleroNamespace), managerPods)).To(Succeed())
+	return pods.Items
+}
+
+func ready(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// readyManagers returns the names and images of itemops' Ready pods that
+// are not being deleted.
+func readyManagers(g Gomega) map[string]string {
+	out := map[string]string{}
+	for _, p := range managers(g) {
+		if ready(p) && p.DeletionTimestamp == nil {
+			out[p.Name] = p.Spec.Containers[0].Image
+		}
+	}
+	return out
+}
+
+// leader is the pod holding the manager's Lease (its identity is the pod's
+// name followed by a unique suffix).
+func leader(g Gomega) string {
+	lease := &coordinationv1.Lease{}
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: leaseName}, lease)).To(Succeed())
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	name, _, _ := strings.Cut(holder, "_")
+	return name
+}
+
+// watchExit runs `kubectl itemops watch` from the host and returns its
+// exit code.
+func watchExit(ctx context.Context, kind, name string) int {
+	_, err := s.Run(ctx, fmt.Sprintf("kubectl itemops watch %s %s -n %s -o plain", kind, name, stack.VeleroNamespace))
+	if err == nil {
+		return 0
+	}
+	var exit *exec.ExitError
+	Expect(errors.As(err, &exit)).To(BeTrue(), "kubectl itemops watch did not run: %v", err)
+	return exit.ExitCode()
+}
+
+// scrape reads itemops' metrics through the metrics Service, from the host.
+func scrape(g Gomega) string {
+	svc := &corev1.Service{}
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: stack.Release + "-metrics"}, svc)).To(Succeed())
+	httpClient := &http.Client{Timeout: 5 * time.Second}
+	resp, err := httpClient.Get(fmt.Sprintf("http://%s:%d/metrics", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	return string(body)
+}
+
+var _ = Describe("itemops installed by the README beside velero install", Ordered, func() {
+	It("starts with the chart's defaults: one pod Ready through its probes, holding the lease, admitted as restricted", func(ctx SpecContext) {
+		Eventually(readyManagers).WithContext(ctx).WithTimeout(2 * time.Minute).Should(HaveLen(1))
+		pods := managers(Default)
+		Expect(pods).To(HaveLen(1))
+		pod := pods[0]
+		Expect(pod.Spec.Containers[0].Image).To(Equal(stack.ItemopsRepository + ":" + firstTag))
+		var inits []string
+		for _, st := range pod.Status.InitContainerStatuses {
+			Expect(st.State.Terminated).NotTo(BeNil(), "init container %s", st.Name)
+			Expect(st.State.Terminated.ExitCode).To(BeZero(), "init container %s", st.Name)
+			inits = append(inits, st.Name)
+		}
+		Expect(inits).To(Equal([]string{"cp-plugin", "velero-builtin-plugins", "velero-plugin-for-aws", "itemops-sample-plugins"}))
+		Eventually(leader).WithContext(ctx).WithTimeout(time.Minute).Should(Equal(pod.Name))
+		ns := &corev1.Namespace{}
+		Expect(s.Client.Get(ctx, client.ObjectKey{Name: stack.VeleroNamespace}, ns)).To(Succeed())
+		Expect(ns.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"))
+	})
+
+	It("observe mode: mirrors a Backup's operations while Velero's own controllers end it", func(ctx SpecContext) {
+		appNamespace(ctx, "shop",
+			item{name: "orders", size: "8Gi", speed: "128Mi"},
+			item{name: "payments", size: "2Gi", speed: "64Mi", failAt: 50},
+			item{name: "data-0", pvc: true, size: "2Gi", speed: "64Mi"},
+			item{name: "data-1", pvc: true, size: "4Gi", speed: "64Mi"},
+		)
+		run(ctx, "velero backup create observed --include-namespaces shop --snapshot-move-data")
+		By("following the operations as they move")
+		waitMoving(ctx, "Backup", "observed", 4)
+		Eventually(backupPhase("observed")).WithContext(ctx).WithTimeout(4 * time.Minute).
+			Should(Equal(velerov1api.BackupPhasePartiallyFailed))
+		Eventually(func(g Gomega) map[string]string { return summary(operationsOf(g, "Backup", "observed")) }).
+			WithContext(ctx).WithTimeout(time.Minute).Should(Equal(map[string]string{
+			"orders":   sampleDatamover + " Completed",
+			"payments": sampleDatamover + " Failed",
+			"data-0":   csiBackupper + " Completed",
+			"data-1":   csiBackupper + " Completed",
+		}))
+		Expect(cancelled(Default, operationsOf(Default, "Backup", "observed"))).To(BeEmpty())
+		By("velero backup describe --details")
+		describe := run(ctx, "velero backup describe observed --details")
+		Expect(describe).To(And(
+			MatchRegexp(`Backup Item Action Plugin:\s+`+csiBackupper),
+			MatchRegexp(`Backup Item Action Plugin:\s+`+sampleDatamover),
+			MatchRegexp(`Phase:\s+Failed`),
+			Not(MatchRegexp(`Phase:\s+(New|InProgress)`)),
+		))
+		By("scraping the metrics through the metrics Service")
+		Eventually(scrape).WithContext(ctx).WithTimeout(time.Minute).Should(And(
+			MatchRegexp(`itemops_operations\{[^}]*phase="Failed"[^}]*plugin="`+sampleDatamover+`"[^}]*\} 1`),
+			MatchRegexp(`itemops_operations\{[^}]*phase="Completed"[^}]*plugin="`+csiBackupper+`"[^}]*\} 2`),
+		))
+		By("kubectl itemops watch, from the host")
+		Expect(watchExit(ctx, "backup", "observed")).To(Equal(1), "the exit code of a PartiallyFailed backup")
+	})
+
+	It("moves to manage mode with two replicas by the README's commands", func(ctx SpecContext) {
+		Expect(s.RunREADME(ctx, "manage")).To(Succeed())
+		Expect(s.WaitAvailable(ctx, stack.VeleroNamespace, "velero", 3*time.Minute)).To(Succeed())
+		velero := &appsv1.Deployment{}
+		Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "velero"}, velero)).To(Succeed())
+		Expect(velero.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--disable-controllers=backup-operations,restore-operations"))
+		Eventually(readyManagers).WithContext(ctx).WithTimeout(2 * time.Minute).Should(HaveLen(2))
+		Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: stack.Release}, &policyv1.PodDisruptionBudget{})).To(Succeed())
+		Eventually(func(g Gomega) map[string]string { return readyManagers(g) }).WithContext(ctx).WithTimeout(time.Minute).
+			Should(HaveKey(Equal(leader(Default))))
+	})
+
+	It("manage mode: a Backup ends right after its leader pod is force-deleted mid-flight", func(ctx SpecContext) {
+		appNamespace(ctx, "inventory",
+			item{name: "stock", size: "6Gi", speed: "64Mi"},
+			item{name: "volume-0", pvc: true, size: "6Gi", speed: "64Mi"},
+		)
+		run(ctx, "velero backup create managed --include-namespaces inventory --snapshot-move-data")
+		waitMoving(ctx, "Backup", "managed", 2)
+		old := leader(Default)
+		By("force-deleting the leader " + old)
+		Expect(s.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: stack.VeleroNamespace, Name: old}},
+			client.GracePeriodSeconds(0))).To(Succeed())
+		Eventually(func(g Gomega) string {
+			l := leader(g)
+			g.Expect(l).NotTo(Equal(old))
+			return l
+		}).WithContext(ctx).WithTimeout(time.Minute).ShouldNot(BeEmpty())
+		Eventually(backupPhase("managed")).WithContext(ctx).WithTimeout(3 * time.Minute).Should(Equal(velerov1api.BackupPhaseCompleted))
+		ops := operationsOf(Default, "Backup", "managed")
+		Expect(summary(ops)).To(Equal(map[string]string{"stock": sampleDatamover + " Completed", "volume-0": csiBackupper + " Completed"}))
+		Expect(cancelled(Default, ops)).To(BeEmpty())
+		b := getBackup(Default, "managed")
+		Expect([]int{b.Status.BackupItemOperationsAttempted, b.Status.BackupItemOperationsCompleted, b.Status.BackupItemOperationsFailed}).To(Equal([]int{2, 2, 0}))
+		Expect(run(ctx, "velero backup describe managed --details")).To(And(
+			MatchRegexp(`Backup Item Action Plugin:\s+`+sampleDatamover),
+			MatchRegexp(`Phase:\s+Completed`),
+			Not(MatchRegexp(`Phase:\s+(New|InProgress|Failed)`)),
+		))
+		Expect(watchExit(ctx, "backup", "managed")).To(Equal(0), "the exit code of a Completed backup")
+		Eventually(readyManagers).WithContext(ctx).WithTimeout(2 * time.Minute).Should(HaveLen(2))
+	})
+
+	It("helm upgrade to a second image tag mid-flight rolls the pods, and the operations end right", func(ctx SpecContext) {
+		appNamespace(ctx, "billing",
+			item{name: "invoices", size: "6Gi", speed: "64Mi"},
+			item{name: "ledger", pvc: true, size: "6Gi", speed: "64Mi"},
+		)
+		run(ctx, "velero backup create upgraded --include-namespaces billing --snapshot-move-data")
+		waitMoving(ctx, "Backup", "upgraded", 2)
+		run(ctx, "helm upgrade itemops charts/itemops -n velero --reuse-values --set image.tag="+secondTag+" --wait")
+		By("every pod rolled to the second tag")
+		Eventually(func(g Gomega) []string {
+			var images []string
+			for _, p := range managers(g) {
+				g.Expect(ready(p)).To(BeTrue(), "pod %s Ready", p.Name)
+				images = append(images, p.Spec.Containers[0].Image)
+			}
+			return images
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal([]string{
+			stack.ItemopsRepository + ":" + secondTag, stack.ItemopsRepository + ":" + secondTag,
+		}))
+		Expect(readyManagers(Default)).To(HaveLen(2))
+		Eventually(backupPhase("upgraded")).WithContext(ctx).WithTimeout(3 * time.Minute).Should(Equal(velerov1api.BackupPhaseCompleted))
+		ops := operationsOf(Default, "Backup", "upgraded")
+		Expect(summary(ops)).To(Equal(map[string]string{"invoices": sampleDatamover + " Completed", "ledger": csiBackupper + " Completed"}))
+		Expect(cancelled(Default, ops)).To(BeEmpty())
+	})
+
+	It("restores a Backup: its operations end and decide the Restore's phase", func(ctx SpecContext) {
+		run(ctx, "velero restore create restored --from-backup observed --namespace-mappings shop:shop-restored")
+		Eventually(func(g Gomega) velerov1api.RestorePhase {
+			r := &velerov1api.Restore{}
+			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "restored"}, r)).To(Succeed())
+			return r.Status.Phase
+		}).WithContext(ctx).WithTimeout(4 * time.Minute).Should(Equal(velerov1api.RestorePhasePartiallyFailed))
+		Expect(summary(operationsOf(Default, "Restore", "restored"))).To(Equal(map[string]string{
+			"orders":   sampleRestorer + " Completed",
+			"payments": sampleRestorer + " Failed",
+			"data-0":   csiRestorer + " Completed",
+			"data-1":   csiRestorer + " Completed",
+		}))
+		for _, name := range []string{"data-0", "data-1"} {
+			pvc := &corev1.PersistentVolumeClaim{}
+			Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: "shop-restored", Name: name}, pvc)).To(Succeed())
+			Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound), "restored PVC %s", name)
+		}
+		Expect(watchExit(ctx, "restore", "restored")).To(Equal(1), "the exit code of a PartiallyFailed restore")
+	})
+
+	It("helm uninstall keeps the CRD and the ItemOperations", func(ctx SpecContext) {
+		list := &itemopsv1alpha1.ItemOperationList{}
+		Expect(s.Client.List(ctx, list, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+		before := len(list.Items)
+		Expect(before).To(BeNumerically(">=", 10))
+		run(ctx, "helm uninstall itemops -n velero --wait")
+		Eventually(func(g Gomega) []corev1.Pod { return managers(g) }).WithContext(ctx).WithTimeout(time.Minute).Should(BeEmpty())
+		Expect(s.Client.Get(ctx, client.ObjectKey{Name: "itemoperations.itemops.io"}, &apiextensionsv1.CustomResourceDefinition{})).To(Succeed())
+		Expect(s.Client.List(ctx, list, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+		Expect(list.Items).To(HaveLen(before))
+	})
+})

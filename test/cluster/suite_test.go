@@ -1,0 +1,108 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package cluster runs itemops the way its users install it: on a real
+// one-node Kubernetes on this machine (test/localcluster), beside Velero
+// installed by the real `velero install`, with `helm install
+// charts/itemops`, both by the README's own commands (test/stack), in a
+// namespace that enforces the restricted Pod Security Standard. Every image
+// is built here and imported; the bucket is versitygw in a pod, the CSI
+// snapshot controller and node-agent are csisim's stand-ins in pods.
+//
+// It needs root and Debian's containerd, runc, containernetworking-plugins
+// and iptables (hack/cluster-packages.sh installs them); without them it
+// fails, naming what is missing.
+package cluster
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/itemops/itemops/test/envtest"
+	"github.com/itemops/itemops/test/localcluster"
+	"github.com/itemops/itemops/test/stack"
+)
+
+// The itemops image's two tags: the one installed, and the one `helm
+// upgrade` moves to mid-flight (the same image, tagged twice).
+const (
+	firstTag  = "cluster-1"
+	secondTag = "cluster-2"
+)
+
+var (
+	// s is Velero and itemops on the cluster.
+	s *stack.Stack
+	// failed is set once a spec failed: the components' logs are kept.
+	failed bool
+)
+
+func TestCluster(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "itemops installed on a real one-node cluster", Label("cluster", "e2e", "slow"))
+}
+
+var _ = BeforeSuite(func(ctx SpecContext) {
+	root, err := envtest.RepoRoot()
+	Expect(err).NotTo(HaveOccurred())
+	bins, err := stack.FindBinaries(ctx, root)
+	Expect(err).NotTo(HaveOccurred(), "building what the cluster runs")
+	Expect(localcluster.CheckPrerequisites(bins.KubeDir)).To(Succeed())
+
+	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: bins.KubeDir, Log: GinkgoWriter})
+	Expect(err).NotTo(HaveOccurred(), "bringing the cluster up")
+	DeferCleanup(func(ctx SpecContext) {
+		artifacts := os.Getenv("ARTIFACTS")
+		if artifacts != "" && (failed || CurrentSpecReport().Failed()) {
+			_ = os.CopyFS(filepath.Join(artifacts, "cluster-logs"), os.DirFS(c.LogDir))
+		}
+		Expect(c.Stop(ctx)).To(Succeed(), "tearing the cluster down")
+	}, NodeTimeout(3*time.Minute))
+
+	work := filepath.Join(c.Dir, "work")
+	s, err = stack.New(ctx, c, root, work, bins, GinkgoWriter)
+	Expect(err).NotTo(HaveOccurred())
+	tarballs, err := stack.BuildImages(ctx, root, filepath.Join(work, "images"), bins, firstTag)
+	Expect(err).NotTo(HaveOccurred(), "building the images")
+	for _, t := range tarballs {
+		Expect(c.ImportImage(ctx, t)).To(Succeed())
+	}
+	Expect(c.TagImage(ctx, stack.ItemopsRepository+":"+firstTag, stack.ItemopsRepository+":"+secondTag)).To(Succeed())
+	Expect(s.Install(ctx, firstTag)).To(Succeed(), "installing Velero and itemops as the README says")
+}, NodeTimeout(20*time.Minute))
+
+// Whatever fails, the state of Velero's namespace is printed: the pods
+// that are not Ready with their containers' logs, itemops' logs, and the
+// Warning events.
+var _ = AfterEach(func() {
+	if CurrentSpecReport().Failed() && s != nil {
+		failed = true
+		diagnose()
+	}
+})
+
+func diagnose() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	GinkgoWriter.Printf("\n=== the state of namespace %s after the failure\n%s\n", stack.VeleroNamespace, s.Diagnose(ctx, stack.VeleroNamespace))
+	GinkgoWriter.Printf("=== itemops' logs\n%s\n", s.Logs(ctx, stack.VeleroNamespace, "app.kubernetes.io/name=itemops", 60))
+}

@@ -1,0 +1,178 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package localcluster
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Image is a single-layer image assembled from files on this machine.
+type Image struct {
+	// Ref is the image's reference, as pods name it.
+	Ref string
+	// Files maps a path in the image to a file on this machine; each is
+	// copied with mode 0755 (they are binaries).
+	Files map[string]string
+	// Dirs are empty directories to create, mode 1777 when under /tmp and
+	// 0755 otherwise.
+	Dirs []string
+	// Entrypoint, Cmd, User, WorkingDir and Env are the config's.
+	Entrypoint, Cmd  []string
+	User, WorkingDir string
+	Env              []string
+}
+
+// Write writes the image as a docker tarball (what ctr imports).
+func (img Image) Write(file string) error {
+	ref, err := name.NewTag(img.Ref)
+	if err != nil {
+		return err
+	}
+	layerData, err := img.layer()
+	if err != nil {
+		return err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerData)), nil
+	})
+	if err != nil {
+		return err
+	}
+	image, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return err
+	}
+	cf, err := image.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	cf.Config = v1.Config{Entrypoint: img.Entrypoint, Cmd: img.Cmd, User: img.User, WorkingDir: img.WorkingDir,
+		Env: append([]string{"PATH=/usr/local/bin:/usr/bin:/bin"}, img.Env...)}
+	image, err = mutate.ConfigFile(image, cf)
+	if err != nil {
+		return err
+	}
+	return tarball.WriteToFile(file, ref, image)
+}
+
+// layer is the image's one layer: its directories, then its files, each
+// dated at the epoch so that the same files give the same digest.
+func (img Image) layer() ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	epoch := time.Unix(0, 0)
+	dirs := map[string]int64{}
+	addParents := func(p string) {
+		for d := path.Dir(p); d != "/" && d != "."; d = path.Dir(d) {
+			if _, ok := dirs[d]; !ok {
+				dirs[d] = 0o755
+			}
+		}
+	}
+	for _, d := range img.Dirs {
+		mode := int64(0o755)
+		if strings.HasPrefix(d, "/tmp") {
+			mode = 0o1777
+		}
+		dirs[d] = mode
+		addParents(d)
+	}
+	for p := range img.Files {
+		addParents(p)
+	}
+	var names []string
+	for d := range dirs {
+		names = append(names, d)
+	}
+	sort.Strings(names)
+	for _, d := range names {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: dirs[d], ModTime: epoch}); err != nil {
+			return nil, err
+		}
+	}
+	names = names[:0]
+	for p := range img.Files {
+		names = append(names, p)
+	}
+	sort.Strings(names)
+	for _, p := range names {
+		data, err := os.ReadFile(img.Files[p])
+		if err != nil {
+			return nil, err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(p, "/"), Mode: 0o755, Size: int64(len(data)), ModTime: epoch}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// BuildStatic builds a Go main package of this repository as a static
+// binary into dir and returns its path.
+func BuildStatic(ctx context.Context, dir, pkg string) (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, path.Base(pkg))
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building %s: %w: %s", pkg, err, b)
+	}
+	return out, nil
+}
+
+// repoRoot is the itemops checkout this file is in.
+func repoRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", fmt.Errorf("cannot locate the itemops checkout")
+	}
+	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		return "", fmt.Errorf("no go.mod at %s: %w", root, err)
+	}
+	return root, nil
+}

@@ -1,0 +1,138 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package stack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/itemops/itemops/test/localcluster"
+)
+
+// The images, by the names the README, `velero install` and the chart use.
+const (
+	VeleroImage    = "velero/velero:v1.18.3"
+	AWSPluginImage = "velero/velero-plugin-for-aws:v1.14.3"
+	VersitygwImage = "versity/versitygw:v1.8.0"
+	// SamplePluginsImage copies the sample plugins (test/plugins/sample)
+	// into /target, as a Velero plugin image does.
+	SamplePluginsImage = "itemops.io/sample-plugins:dev"
+	// StandinImage runs csisim's parts (test/csisim/standin).
+	StandinImage = "itemops.io/csi-standin:dev"
+	// ItemopsRepository is the chart's image repository.
+	ItemopsRepository = "ghcr.io/itemops/itemops"
+	// samplePluginsBinary is the sample plugins' file in a plugin directory.
+	samplePluginsBinary = "itemops-sample-plugins"
+)
+
+// Binaries are the programs nobody here wrote, built once per machine by
+// hack/cached-binary.sh (static, as their own images hold them), and the
+// Kubernetes binaries of hack/envtest-assets.sh.
+type Binaries struct {
+	Velero, AWSPlugin, AWSCopier, Versitygw, Helm string
+	// KubeDir holds kubectl and the cluster's binaries.
+	KubeDir string
+}
+
+// FindBinaries builds (once per machine) and locates the binaries.
+func FindBinaries(ctx context.Context, root string) (Binaries, error) {
+	var b Binaries
+	run := func(script string, args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", script), args...)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("hack/%s %s: %w", script, strings.Join(args, " "), err)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	var err error
+	if b.KubeDir, err = run("envtest-assets.sh"); err != nil {
+		return b, err
+	}
+	for _, t := range []struct {
+		name string
+		into *string
+	}{{"velero", &b.Velero}, {"velero-plugin-for-aws", &b.AWSPlugin}, {"versitygw", &b.Versitygw}, {"helm", &b.Helm}} {
+		if *t.into, err = run("cached-binary.sh", t.name); err != nil {
+			return b, err
+		}
+	}
+	b.AWSCopier = filepath.Join(filepath.Dir(b.AWSPlugin), "cp-plugin")
+	return b, nil
+}
+
+// BuildImages builds every image the stack runs, as tarballs in dir, and
+// returns them. The itemops image is `make image`'s (hack/image.sh), for
+// this machine's platform, named ItemopsRepository:itemopsTag; the others
+// are laid out as their projects' own images are: Velero's binary at
+// /velero, the AWS plugin at /plugins with its copier as entrypoint,
+// versitygw at /app/versitygw.
+func BuildImages(ctx context.Context, root, dir string, bins Binaries, itemopsTag string) ([]string, error) {
+	binDir := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return nil, err
+	}
+	itemops := exec.CommandContext(ctx, filepath.Join(root, "hack", "image.sh"))
+	itemops.Dir = root
+	itemops.Env = append(os.Environ(), "OUT="+filepath.Join(dir, "itemops"), "PLATFORMS=linux/amd64",
+		"TARBALL_PLATFORM=linux/amd64", "IMG="+ItemopsRepository+":"+itemopsTag, "VERSION="+itemopsTag)
+	if out, err := itemops.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("make image (hack/image.sh): %w: %s", err, out)
+	}
+	tarballs := []string{filepath.Join(dir, "itemops", "itemops.tar")}
+
+	sample := filepath.Join(binDir, samplePluginsBinary)
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", sample, "./test/plugins/sample")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building the sample plugins: %w: %s", err, out)
+	}
+	copier, err := localcluster.BuildStatic(ctx, binDir, "./cmd/cp-plugin")
+	if err != nil {
+		return nil, err
+	}
+	standin, err := localcluster.BuildStatic(ctx, binDir, "./test/csisim/standin")
+	if err != nil {
+		return nil, err
+	}
+	const nonroot = "65532:65532"
+	images := []localcluster.Image{
+		{Ref: VeleroImage, Files: map[string]string{"/velero": bins.Velero}, Dirs: []string{"/tmp", "/home/cnb"},
+			User: nonroot, Env: []string{"HOME=/home/cnb"}},
+		{Ref: AWSPluginImage, Files: map[string]string{"/plugins/velero-plugin-for-aws": bins.AWSPlugin, "/bin/cp-plugin": bins.AWSCopier},
+			User: nonroot, Entrypoint: []string{"cp-plugin", "/plugins/velero-plugin-for-aws", "/target/velero-plugin-for-aws"}},
+		{Ref: VersitygwImage, Files: map[string]string{"/app/versitygw": bins.Versitygw}, Dirs: []string{"/tmp"},
+			User: nonroot, Entrypoint: []string{"/app/versitygw"}},
+		{Ref: SamplePluginsImage, Files: map[string]string{"/plugins/" + samplePluginsBinary: sample, "/bin/cp-plugin": copier},
+			User: nonroot, Entrypoint: []string{"/bin/cp-plugin", "/plugins/" + samplePluginsBinary, "/target/" + samplePluginsBinary}},
+		{Ref: StandinImage, Files: map[string]string{"/standin": standin}, User: nonroot, Entrypoint: []string{"/standin"}},
+	}
+	for _, img := range images {
+		tarball := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
+		if err := img.Write(tarball); err != nil {
+			return nil, fmt.Errorf("building %s: %w", img.Ref, err)
+		}
+		tarballs = append(tarballs, tarball)
+	}
+	return tarballs, nil
+}

@@ -1,0 +1,192 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package stack installs Velero and itemops into a local cluster
+// (test/localcluster) the way their users do: the commands of the README's
+// install section, run as written (`velero install`, `helm install`,
+// `kubectl patch`), around what a test machine lacks: an S3-compatible
+// bucket (versitygw in a pod behind a Service), the CSI snapshot controller
+// and node-agent (csisim's stand-ins, in pods), and a directory the sample
+// plugins share between Velero's pod and itemops' (a PersistentVolume).
+//
+// test/cluster and `make cluster` use it.
+package stack
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	velerov2alpha1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/localcluster"
+)
+
+// Where things are.
+const (
+	// VeleroNamespace is Velero's and itemops', enforcing the restricted
+	// Pod Security Standard.
+	VeleroNamespace = "velero"
+	// Release is itemops' helm release.
+	Release = "itemops"
+	// Bucket is the BackupStorageLocation's bucket.
+	Bucket = "velero"
+	// Region is the only region versitygw accepts.
+	Region = "us-east-1"
+	// Driver is the CSI driver the stand-ins play.
+	Driver = "csi.itemops.io"
+)
+
+// Scheme knows the built-in, Velero, CSI snapshot and itemops kinds.
+func Scheme() *k8sruntime.Scheme {
+	scheme := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+	utilruntime.Must(velerov1api.AddToScheme(scheme))
+	utilruntime.Must(velerov2alpha1.AddToScheme(scheme))
+	utilruntime.Must(snapshotv1.AddToScheme(scheme))
+	utilruntime.Must(itemopsv1alpha1.AddToScheme(scheme))
+	return scheme
+}
+
+// Stack is Velero and itemops on a local cluster.
+type Stack struct {
+	Cluster *localcluster.Cluster
+	// Client acts as the cluster's administrator.
+	Client client.Client
+	// Root is the itemops checkout; Work the directory the README's
+	// commands run in (credentials-velero and itemops-values.yaml are
+	// there, charts/ links to the checkout's); Bin holds kubectl, velero,
+	// helm and kubectl-itemops, first on the commands' PATH.
+	Root, Work, Bin string
+	Bins            Binaries
+	// Log gets the commands and their output.
+	Log io.Writer
+}
+
+// New prepares the working directory of a stack on a running cluster.
+func New(ctx context.Context, cluster *localcluster.Cluster, root, work string, bins Binaries, log io.Writer) (*Stack, error) {
+	c, err := client.New(cluster.RESTConfig, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return nil, err
+	}
+	s := &Stack{Cluster: cluster, Client: c, Root: root, Work: work, Bin: filepath.Join(work, "bin"), Bins: bins, Log: log}
+	if err := os.MkdirAll(s.Bin, 0o755); err != nil {
+		return nil, err
+	}
+	links := map[string]string{
+		filepath.Join(s.Bin, "kubectl"): filepath.Join(bins.KubeDir, "kubectl"),
+		filepath.Join(s.Bin, "velero"):  bins.Velero,
+		filepath.Join(s.Bin, "helm"):    bins.Helm,
+		filepath.Join(work, "charts"):   filepath.Join(root, "charts"),
+	}
+	for link, target := range links {
+		_ = os.Remove(link)
+		if err := os.Symlink(target, link); err != nil {
+			return nil, err
+		}
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(s.Bin, "kubectl-itemops"), "./cmd/kubectl-itemops")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building kubectl-itemops: %w: %s", err, out)
+	}
+	return s, nil
+}
+
+// Env is the environment of the README's commands: the cluster's
+// kubeconfig, the tools first on PATH, and the bucket's coordinates the
+// README's `velero install` reads.
+func (s *Stack) Env() []string {
+	return append(os.Environ(),
+		"KUBECONFIG="+s.Cluster.Kubeconfig,
+		"PATH="+s.Bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"HELM_CACHE_HOME="+filepath.Join(s.Work, ".helm", "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(s.Work, ".helm", "config"),
+		"HELM_DATA_HOME="+filepath.Join(s.Work, ".helm", "data"),
+		"BUCKET="+Bucket, "REGION="+Region, "S3_URL="+S3URL,
+	)
+}
+
+// Run runs a bash script in the working directory, with Env, and returns
+// its output (stdout and stderr); the output is in the error too. While it
+// runs, the pods of Velero's namespace are watched: one that cannot start
+// (its image missing, its container failing to start or crashing) stops the
+// script at once, with what Diagnose says of the namespace, instead of a
+// `helm --wait` waiting out its five minutes.
+func (s *Stack) Run(ctx context.Context, script string) (string, error) {
+	fmt.Fprintf(s.Log, "$ %s\n", strings.TrimSpace(script))
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		if broken := s.watchPods(ctx, VeleroNamespace); broken != "" {
+			cancel(fmt.Errorf("a pod cannot start: %s\n%s", broken, s.Diagnose(context.WithoutCancel(ctx), VeleroNamespace)))
+		}
+	}()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir, cmd.Env = s.Work, s.Env()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, s.Log), io.MultiWriter(&out, s.Log)
+	if err := cmd.Run(); err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			err = cause
+		}
+		return out.String(), fmt.Errorf("%s: %w\n%s", strings.TrimSpace(script), err, out.String())
+	}
+	return out.String(), nil
+}
+
+// RunREADME runs the README's install block of that name as written.
+func (s *Stack) RunREADME(ctx context.Context, name string) error {
+	readme, err := os.ReadFile(filepath.Join(s.Root, "README.md"))
+	if err != nil {
+		return err
+	}
+	block, err := READMEBlock(readme, name)
+	if err != nil {
+		return err
+	}
+	_, err = s.Run(ctx, block)
+	return err
+}
+
+// READMEBlock returns the fenced code block that follows the line
+// `<!-- test/cluster: NAME -->` in the README: the install steps that
+// test/cluster runs exactly as users read them.
+func READMEBlock(readme []byte, name string) (string, error) {
+	re := regexp.MustCompile("(?s)<!-- test/cluster: " + regexp.QuoteMeta(name) + " -->\\s*```[a-z]*\n(.*?)```")
+	m := re.FindSubmatch(readme)
+	if m == nil {
+		return "", fmt.Errorf("the README has no code block after <!-- test/cluster: %s -->", name)
+	}
+	return string(m[1]), nil
+}
