@@ -22,6 +22,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -62,8 +63,8 @@ func run(bare bool) (err error) {
 	}
 	defer func() {
 		fmt.Println("cluster: tearing it all down")
-		if stopErr := c.Stop(context.Background()); stopErr != nil && err == nil {
-			err = stopErr
+		if stopErr := c.Stop(context.Background()); stopErr != nil {
+			err = errors.Join(err, stopErr)
 		}
 	}()
 	fmt.Printf("cluster: the node is Ready (%.1fs)\n", time.Since(started).Seconds())
@@ -85,6 +86,12 @@ func run(bare bool) (err error) {
 		if err := s.Install(ctx, "dev"); err != nil {
 			return err
 		}
+	}
+	if bare {
+		fmt.Printf("\ncluster: ready in %.0fs. In another terminal:\n\n  export KUBECONFIG=%s PATH=%s:$PATH\n  kubectl get nodes\n\nCtrl-C tears it all down.\n",
+			time.Since(started).Seconds(), c.Kubeconfig, s.Bin)
+		<-ctx.Done()
+		return nil
 	}
 	fmt.Printf(`
 cluster: ready in %.0fs. In another terminal:

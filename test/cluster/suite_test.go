@@ -36,6 +36,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/format"
 
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/localcluster"
@@ -58,6 +59,8 @@ var (
 
 func TestCluster(t *testing.T) {
 	RegisterFailHandler(Fail)
+	// A failure's message holds the namespace's diagnosis: show it whole.
+	format.MaxLength = 0
 	RunSpecs(t, "itemops installed on a real one-node cluster", Label("cluster", "e2e", "slow"))
 }
 

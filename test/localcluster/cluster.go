@@ -147,6 +147,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		do   func(context.Context) error
 	}{
 		{"recording what lives outside the cluster's directory", c.recordHost},
+		{"starting the watchdog that puts it back if this process is killed", c.startWatchdog},
 		{"writing certificates and configuration", c.writeConfig},
 		{"creating the node's network namespace", c.createNetwork},
 		{"starting containerd", c.startContainerd},

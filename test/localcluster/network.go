@@ -111,9 +111,10 @@ func deleteNetwork() error {
 			errs = append(errs, err)
 		}
 	}
-	// The host end goes with its peer; a half-made pair may remain.
+	// The host end goes with its peer (the kernel may take a moment); a
+	// half-made pair may remain.
 	if _, err := net.InterfaceByName(hostLink); err == nil {
-		if err := ipCommand("link", "delete", hostLink); err != nil {
+		if err := ipCommand("link", "delete", hostLink); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
 			errs = append(errs, err)
 		}
 	}

@@ -38,6 +38,9 @@ import (
 // put back by the next.
 type state struct {
 	file string
+	// Owner is the process that started the run; its watchdog tears the
+	// run down if it dies without doing so.
+	Owner int `json:"owner"`
 	// Processes are the components, in the order they started.
 	Processes []process `json:"processes"`
 	// Sysctls are the values, before the run, of the kernel settings that
@@ -56,7 +59,7 @@ type process struct {
 }
 
 func newState(file string) (*state, error) {
-	s := &state{file: file}
+	s := &state{file: file, Owner: os.Getpid()}
 	return s, s.save()
 }
 

@@ -73,9 +73,18 @@ func (s *Stack) Diagnose(ctx context.Context, namespace string) string {
 	}
 	events, err := cs.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "type=Warning"})
 	if err == nil {
-		sort.Slice(events.Items, func(i, j int) bool { return events.Items[i].LastTimestamp.Before(&events.Items[j].LastTimestamp) })
-		for _, e := range events.Items {
-			fmt.Fprintf(&b, "event %s %s/%s: %s: %s\n", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+		// The latest of each object's reasons, the newest last: an object
+		// that failed the same way many times is shown once.
+		sort.Slice(events.Items, func(i, j int) bool { return eventTime(&events.Items[i]).Before(eventTime(&events.Items[j])) })
+		latest := map[string]int{}
+		for i, e := range events.Items {
+			latest[e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name+"/"+e.Reason] = i
+		}
+		for i, e := range events.Items {
+			if latest[e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name+"/"+e.Reason] != i {
+				continue
+			}
+			fmt.Fprintf(&b, "event %s %s/%s: %s (%d times): %s\n", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, max(e.Count, 1), e.Message)
 		}
 	}
 	return b.String()
@@ -166,4 +175,11 @@ func (s *Stack) watchPods(ctx context.Context, namespace string) string {
 			}
 		}
 	}
+}
+
+func eventTime(e *corev1.Event) time.Time {
+	if !e.LastTimestamp.IsZero() {
+		return e.LastTimestamp.Time
+	}
+	return e.EventTime.Time
 }
