@@ -36,6 +36,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/itemops/itemops/test/envtest"
 )
 
 // Image is a single-layer image assembled from files on this machine.
@@ -150,7 +152,7 @@ func (img Image) layer() ([]byte, error) {
 // BuildStatic builds a Go main package of this repository as a static
 // binary into dir and returns its path.
 func BuildStatic(ctx context.Context, dir, pkg string) (string, error) {
-	root, err := repoRoot()
+	root, err := envtest.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -162,17 +164,4 @@ func BuildStatic(ctx context.Context, dir, pkg string) (string, error) {
 		return "", fmt.Errorf("building %s: %w: %s", pkg, err, b)
 	}
 	return out, nil
-}
-
-// repoRoot is the itemops checkout this file is in.
-func repoRoot() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", fmt.Errorf("cannot locate the itemops checkout")
-	}
-	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return "", fmt.Errorf("no go.mod at %s: %w", root, err)
-	}
-	return root, nil
 }
