@@ -428,7 +428,7 @@ var _ = Describe("The chart", Ordered, func() {
 		g.Expect(plain.Volumes).NotTo(ContainElement(HaveField("Name", "cloud-credentials")))
 
 		with := manager(render(t, "--set", "credentials.existingSecret=cloud-credentials",
-			"--set", "extraEnv[0].name=EXTRA", "--set", "extraEnv[0].value=1"))
+			"--set", "extraEnv[0].name=EXTRA", "--set-string", "extraEnv[0].value=1"))
 		var env []string
 		for _, e := range with.Containers[0].Env {
 			env = append(env, e.Name+"="+e.Value)
