@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +46,7 @@ import (
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
 	"github.com/itemops/itemops/test/proc"
+	"github.com/itemops/itemops/test/s3"
 	"github.com/itemops/itemops/test/scrape"
 )
 
@@ -642,11 +642,4 @@ func countLines(path string) (int, error) {
 	return strings.Count(string(b), "\n"), nil
 }
 
-func freeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+func freeAddress() (string, error) { return s3.FreeAddress() }

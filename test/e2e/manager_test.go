@@ -21,7 +21,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -37,16 +36,16 @@ import (
 
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/proc"
+	"github.com/itemops/itemops/test/s3"
 )
 
 func freeAddress(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := s3.FreeAddress()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
+	return addr
 }
 
 func get(url string) (int, string, error) {

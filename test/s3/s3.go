@@ -22,10 +22,12 @@ package s3
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -150,14 +152,33 @@ func (s *Server) Location(namespace, name, bucket, secret, key string) *velerov1
 	}
 }
 
-// FreeAddress returns a 127.0.0.1 address nothing listens on.
+// FreeAddress returns a 127.0.0.1 address nothing listens on, for a
+// program to listen on later. It is drawn below the kernel's ephemeral port
+// range (net.ipv4.ip_local_port_range): a port the kernel handed out for
+// ":0" could be handed out again, as the source port of any outgoing
+// connection on the machine, before the program binds it, and a busy
+// machine (test/cluster beside the other suites) makes that happen.
 func FreeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	low := 32768
+	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if fields := strings.Fields(string(data)); len(fields) == 2 {
+			if n, err := strconv.Atoi(fields[0]); err == nil && n > 12000 {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	const first = 10000
+	for range 200 {
+		port := first + rand.IntN(low-first)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		addr := l.Addr().String()
+		l.Close()
+		return addr, nil
+	}
+	return "", fmt.Errorf("no free port found on 127.0.0.1 between %d and %d", first, low)
 }
 
 func waitForPort(address string, timeout time.Duration) error {
