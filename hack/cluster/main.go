@@ -31,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/itemops/itemops/hack/foreground"
 	"github.com/itemops/itemops/test/localcluster"
 	"github.com/itemops/itemops/test/stack"
 )
@@ -38,7 +39,10 @@ import (
 func main() {
 	bare := flag.Bool("bare", false, "bring up the cluster only, without Velero and itemops")
 	flag.Parse()
-	if err := run(*bare); err != nil {
+	restore := foreground.Take()
+	err := run(*bare)
+	restore()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "cluster:", err)
 		os.Exit(1)
 	}

@@ -61,6 +61,7 @@ import (
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/hack/foreground"
 	"github.com/itemops/itemops/internal/view"
 	"github.com/itemops/itemops/test/csisim"
 	"github.com/itemops/itemops/test/envtest"
@@ -99,7 +100,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "demo: unknown flow %q: real or synthetic (make demo DEMO=synthetic)\n", *flow)
 		os.Exit(2)
 	}
-	restore := takeTerminal()
+	restore := foreground.Take()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, *flow == "real", *exitWhenDone)
 	interrupted := ctx.Err() != nil || errors.Is(err, errStopped)

@@ -14,7 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package main
+// Package foreground lets a long-running command of `make` (make demo,
+// make cluster) own Ctrl-C: see Take.
+package foreground
 
 import (
 	"os"
@@ -24,13 +26,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// takeTerminal makes the demo a process group of its own in the
+// Take makes the calling process a process group of its own in the
 // foreground of the terminal it runs in, as a shell does for a job: Ctrl-C
-// then interrupts the demo and what it started, but not make and go run,
-// which wait for the demo and end as it ends (0 after a Ctrl-C, not make's
-// "Interrupt" or "Error 1"). restore gives the terminal back. Without a
-// terminal, or outside its foreground, it does nothing.
-func takeTerminal() (restore func()) {
+// then interrupts it and what it started, but not make and go run, which
+// wait for it and end as it ends (0 after a Ctrl-C, not make's "Interrupt"
+// or "Error 1"). restore gives the terminal back. Without a terminal, or
+// outside its foreground, it does nothing.
+func Take() (restore func()) {
 	nothing := func() {}
 	fd := int(os.Stdin.Fd())
 	foreground, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
