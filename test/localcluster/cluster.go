@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -385,17 +384,20 @@ func (c *Cluster) startNode(ctx context.Context) error {
 	})
 }
 
+// errExited is a component that exited while the cluster came up.
+var errExited = errors.New("exited")
+
 // waitFor polls until done, failing early when a component exited.
 func (c *Cluster) waitFor(ctx context.Context, what string, timeout time.Duration, done wait.ConditionWithContextFunc) error {
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		for _, p := range c.state.Processes {
 			if !alive(p.PID) {
-				return false, fmt.Errorf("%s exited (its log: %s)", p.Name, filepath.Join(c.LogDir, p.Name+".log"))
+				return false, fmt.Errorf("%s %w (its log: %s)", p.Name, errExited, filepath.Join(c.LogDir, p.Name+".log"))
 			}
 		}
 		return done(ctx)
 	})
-	if err != nil && !strings.Contains(err.Error(), "exited") {
+	if err != nil && !errors.Is(err, errExited) {
 		return fmt.Errorf("waiting for %s: %w", what, err)
 	}
 	return err
@@ -522,27 +524,7 @@ func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
 	return nil
 }
 
-// Images lists the references of the images containerd holds.
-func (c *Cluster) Images(ctx context.Context) ([]string, error) {
-	out, err := exec.CommandContext(ctx, "ctr", "--address", c.containerdSocket(), "--namespace", "k8s.io",
-		"images", "list", "--quiet").Output()
-	if err != nil {
-		return nil, fmt.Errorf("listing images: %w", err)
-	}
-	return strings.Fields(string(out)), nil
-}
-
 func (c *Cluster) containerdSocket() string { return c.path("containerd", "containerd.sock") }
-
-// hostReachable reports whether an address answers TCP from the host.
-func hostReachable(addr string) bool {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return false
-	}
-	conn.Close()
-	return true
-}
 
 // TagImage gives an imported image a second name.
 func (c *Cluster) TagImage(ctx context.Context, source, target string) error {
