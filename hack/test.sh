@@ -9,13 +9,14 @@
 #   PACKAGES   the packages to look at (default: ./...)
 #
 # With LABELS or FOCUS set, only Ginkgo suites run: the plain packages have no
-# labels. Five lanes run side by side, as go test runs packages side by side:
+# labels. Four lanes run side by side, as go test runs packages side by side:
 # the suites that start the real velero server (label velero), one after the
 # other and one spec at a time: a velero server binds fixed ports, and they
-# take turns on it; the suite on a real one-node cluster (label cluster), one
-# process (one cluster runs on a machine at a time); the chaos suite (label
-# chaos), one process; the other Ginkgo suites, two processes each; and the
-# plain packages.
+# take turns on it; after them, in the same lane, the suite on a real
+# one-node cluster (label cluster): it loads the machine, and by then the
+# timing-sensitive suites of the other lanes have ended; the chaos suite
+# (label chaos), one process; the other Ginkgo suites, two processes each;
+# and the plain packages.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -77,8 +78,7 @@ lane() { # name command...
   pids+=($!)
   names+=("$name")
 }
-((${#velero[@]})) && lane velero "${ginkgo[@]}" "${flags[@]}" "${velero[@]}"
-((${#cluster[@]})) && lane cluster "${ginkgo[@]}" "${flags[@]}" "${cluster[@]}"
+((${#velero[@]} + ${#cluster[@]})) && lane velero "${ginkgo[@]}" "${flags[@]}" "${velero[@]}" "${cluster[@]}"
 ((${#serial[@]})) && lane serial "${ginkgo[@]}" "${flags[@]}" "${serial[@]}"
 ((${#parallel[@]})) && lane parallel "${ginkgo[@]}" "${flags[@]}" --procs=2 "${parallel[@]}"
 ((${#plain[@]})) && lane plain "${gotest[@]}" "${plain[@]}"
