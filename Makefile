@@ -30,6 +30,7 @@ manifests: ## Generate the CRD and RBAC manifests from the markers in the code.
 	$(CONTROLLER_GEN) rbac:roleName=itemops-manager crd paths="./..." output:crd:artifacts:config=$(CRD_DIR) output:rbac:artifacts:config=config/rbac
 	rm -rf $(CHART_CRDS) && mkdir -p $(CHART_CRDS) && cp $(CRD_DIR)/*.yaml $(CHART_CRDS)/
 	mkdir -p $(CHART_RBAC) && cp config/rbac/role.yaml config/rbac/velero_plugins_role.yaml config/rbac/velero_plugins_clusterrole.yaml $(CHART_RBAC)/
+	cp config/velero-before-1.18/datauploads_cluster_list.yaml $(CHART_RBAC)/velero_plugins_before_1.18.yaml
 
 .PHONY: generate
 generate: ## Generate the DeepCopy methods of the API types and the Go code of the plugin protocol.

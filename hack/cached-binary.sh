@@ -28,11 +28,15 @@ case "${name}" in
     version="${VELERO_VERSION:-1.18.3}"
     module="github.com/vmware-tanzu/velero"
     pkg="github.com/vmware-tanzu/velero/cmd/velero"
-    # Velero builds against its own fork of kopia; its go.mod says so with a
-    # replace that a requiring module does not inherit. The module proxy
-    # refuses k8s.io/cli-runtime v0.33.12: the nearest served patch is pinned.
-    replaces=("github.com/kopia/kopia=github.com/project-velero/kopia@v0.0.0-20251230033609-d946b1e75197"
-      "k8s.io/cli-runtime=k8s.io/cli-runtime@v0.33.10")
+    # Velero builds against its own fork of kopia, a different commit in
+    # each minor; its go.mod says so with replaces that a requiring module
+    # does not inherit: they are read from that version's go.mod (below).
+    # The module proxy refuses k8s.io/cli-runtime v0.33.12, which v1.18.3
+    # requires: the nearest served patch is pinned.
+    replaces=()
+    if [[ "${version}" == 1.18.3 ]]; then
+      replaces+=("k8s.io/cli-runtime=k8s.io/cli-runtime@v0.33.10")
+    fi
     ldflags="-X github.com/vmware-tanzu/velero/pkg/buildinfo.Version=v${version}"
     ;;
   versitygw)
@@ -110,6 +114,22 @@ echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
   cd "${work}"
   go mod init "build/${name}" >/dev/null 2>&1
   echo "require ${module} v${version}" >> go.mod
+  if [[ "${name}" == velero ]]; then
+    # The replaces of Velero's own go.mod, as "old=new@version". Its go.sum
+    # vouches for the forks, which the checksum database does not know.
+    download="$(go mod download -json "${module}@v${version}")"
+    gomod="$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<<"${download}")"
+    cat "$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' <<<"${download}")/go.sum" >> go.sum
+    mapfile -t -O "${#replaces[@]}" replaces < <(awk '
+      /^replace \($/ { block = 1; next }
+      block && /^\)/ { block = 0; next }
+      /^replace / { sub(/^replace /, ""); block_line = 1 }
+      (block || block_line) && /=>/ {
+        split($0, side, "=>"); n = split(side[1], old, " "); m = split(side[2], new, " ")
+        print old[1] (n > 1 ? "@" old[2] : "") "=" new[1] (m > 1 ? "@" new[2] : "")
+      }
+      { block_line = 0 }' "${gomod}")
+  fi
   for r in "${replaces[@]}"; do
     go mod edit -replace "${r}"
   done

@@ -405,8 +405,17 @@ var _ = Describe("The chart", Ordered, func() {
 		g.Expect(verbsOn(rules(g, custom, "ClusterRole")["itemops-plugins"], "example.io", "regions")).To(Equal([]string{"list"}))
 		g.Expect(initContainers(custom)["manager"].Args).To(ContainElements("--plugin-args=--features=EnableCSI", "--plugin-args=--client-qps=100"))
 
-		withTag := initContainers(render(t, "--set", "builtinPlugins.image.tag=v1.17.1"))
-		g.Expect(withTag["velero-builtin-plugins"].Image).To(Equal("velero/velero:v1.17.1"))
+		older := render(t, "--set", "builtinPlugins.image.tag=v1.17.1")
+		g.Expect(initContainers(older)["velero-builtin-plugins"].Image).To(Equal("velero/velero:v1.17.1"))
+		// Velero before v1.18 looks for an operation's DataUpload in every
+		// namespace (docs/velero.md, "Velero releases").
+		g.Expect(verbsOn(rules(g, older, "ClusterRole")["itemops-plugins"], "velero.io", "datauploads")).To(Equal([]string{"list"}))
+		g.Expect(verbsOn(rules(g, plain, "ClusterRole")["itemops-plugins"], "velero.io", "datauploads")).To(BeEmpty(), "v1.18 looks in Velero's namespace only")
+		for _, tag := range []string{"v1.15.2", "v1.16.0-rc.1", "main"} {
+			g.Expect(verbsOn(rules(g, render(t, "--set", "builtinPlugins.image.tag="+tag), "ClusterRole")["itemops-plugins"], "velero.io", "datauploads")).
+				To(Equal([]string{"list"}), tag)
+		}
+		g.Expect(verbsOn(rules(g, render(t, "--set", "builtinPlugins.image.tag=v1.19.0"), "ClusterRole")["itemops-plugins"], "velero.io", "datauploads")).To(BeEmpty())
 	})
 
 	// A location whose spec.credential names none is reached with Velero's

@@ -82,6 +82,9 @@ type Options struct {
 	WithoutItemopsCRD bool
 	// ExtraCRDPaths are more CRD files or directories to install.
 	ExtraCRDPaths []string
+	// VeleroVersion installs the CRDs of that Velero release (such as
+	// 1.15.2) instead of those of the Velero module itemops is built with.
+	VeleroVersion string
 }
 
 // Start runs the API server, installs the CRDs and creates the Velero namespace.
@@ -98,6 +101,9 @@ func StartWith(opts Options) (*Environment, error) {
 		return nil, err
 	}
 	veleroCRDs, err := VeleroCRDDir(root)
+	if opts.VeleroVersion != "" {
+		veleroCRDs, err = VeleroCRDDirOf(opts.VeleroVersion)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +204,29 @@ func VeleroCRDDir(root string) (string, error) {
 	dir := filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "v1", "bases")
 	if _, err := os.Stat(dir); err != nil {
 		return "", fmt.Errorf("velero CRDs not found: %w", err)
+	}
+	return dir, nil
+}
+
+// VeleroCRDDirOf returns config/crd/v1/bases of a Velero release, such as
+// 1.15.2, downloaded through the module proxy into the module cache.
+func VeleroCRDDirOf(version string) (string, error) {
+	cmd := exec.Command("go", "mod", "download", "-json", "github.com/vmware-tanzu/velero@v"+strings.TrimPrefix(version, "v"))
+	cmd.Dir = os.TempDir()
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("downloading Velero %s: %w: %s%s", version, err, out, stderr.String())
+	}
+	var module struct{ Dir string }
+	if err := json.Unmarshal(out, &module); err != nil {
+		return "", fmt.Errorf("reading go mod download's answer for Velero %s: %w", version, err)
+	}
+	dir := filepath.Join(module.Dir, "config", "crd", "v1", "bases")
+	if _, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("velero %s CRDs not found: %w", version, err)
 	}
 	return dir, nil
 }

@@ -16,7 +16,7 @@ limitations under the License.
 
 // Package veleroenv puts the real Velero beside an envtest API server:
 // versitygw as the object store, a default BackupStorageLocation on it through
-// the unmodified velero-plugin-for-aws, and `velero server` v1.18.3, all on
+// the unmodified velero-plugin-for-aws, and `velero server` (v1.18.3, or another release), all on
 // 127.0.0.1 and built once per machine from the Go module proxy
 // (hack/cached-binary.sh). The interop suite and `make demo` use it.
 package veleroenv
@@ -59,6 +59,9 @@ const (
 // ManageFlags disable the two Velero controllers whose job itemops does in manage mode.
 var ManageFlags = []string{"--disable-controllers=backup-operations,restore-operations"}
 
+// DefaultVersion is the Velero release the suites run unless told otherwise.
+const DefaultVersion = "1.18.3"
+
 // ErrNotBuilt: a binary is not in the cache and Setup was asked not to build it.
 var ErrNotBuilt = errors.New("not built yet")
 
@@ -72,6 +75,8 @@ type Env struct {
 	PluginDir string
 	// BucketDir is the bucket as versitygw keeps it on disk.
 	BucketDir string
+	// Version is the Velero release, such as 1.18.3.
+	Version string
 
 	server *s3.Server
 }
@@ -80,13 +85,21 @@ type Env struct {
 // starts versitygw under work and creates Velero's objects in the Velero
 // namespace. stop undoes what was started, even after an error.
 func Setup(env *envtest.Environment, work, pluginDir string, cachedOnly bool) (e *Env, stop func(), err error) {
+	return SetupVersion(env, work, pluginDir, DefaultVersion, cachedOnly)
+}
+
+// SetupVersion is Setup with the velero of a release, such as 1.15.2.
+// velero-plugin-for-aws is v1.14.3 whatever the release: the module proxy
+// serves no older minor, and the ObjectStore protocol it speaks is the same
+// in every release since v1.0.
+func SetupVersion(env *envtest.Environment, work, pluginDir, version string, cachedOnly bool) (e *Env, stop func(), err error) {
 	var stops []func()
 	stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
 	}
-	e = &Env{PluginDir: pluginDir}
+	e = &Env{PluginDir: pluginDir, Version: version}
 	paths := map[string]string{}
 	errs := make([]error, 0, 2)
 	var mu sync.Mutex
@@ -95,7 +108,7 @@ func Setup(env *envtest.Environment, work, pluginDir string, cachedOnly bool) (e
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			path, err := cached(env.RepoRoot, name, cachedOnly)
+			path, err := cached(env.RepoRoot, name, version, cachedOnly)
 			mu.Lock()
 			defer mu.Unlock()
 			paths[name] = path
@@ -155,7 +168,7 @@ func Setup(env *envtest.Environment, work, pluginDir string, cachedOnly bool) (e
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "velero", Image: "velero/velero:v1.18.3"}}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "velero", Image: "velero/velero:v" + version}}},
 			},
 		},
 	}); err != nil {
@@ -170,12 +183,13 @@ func (e *Env) StorageOutage(down time.Duration) error { return e.server.Outage(d
 
 // Binary returns the path of a binary hack/cached-binary.sh builds
 // (velero, velero-plugin-for-aws, versitygw), building it if need be.
-func Binary(root, name string) (string, error) { return cached(root, name, false) }
+func Binary(root, name string) (string, error) { return cached(root, name, DefaultVersion, false) }
 
-// cached returns the path of a binary hack/cached-binary.sh builds.
-func cached(root, name string, cachedOnly bool) (string, error) {
+// cached returns the path of a binary hack/cached-binary.sh builds, velero
+// of veleroVersion.
+func cached(root, name, veleroVersion string, cachedOnly bool) (string, error) {
 	cmd := exec.Command(filepath.Join(root, "hack", "cached-binary.sh"), name)
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), "VELERO_VERSION="+veleroVersion)
 	if cachedOnly {
 		cmd.Env = append(cmd.Env, "ITEMOPS_CACHED_ONLY=1")
 	}

@@ -43,3 +43,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+"true" when the built-in plugins are those of a Velero before v1.18, whose
+data mover plugin lists DataUploads in every namespace
+(files/rbac/velero_plugins_before_1.18.yaml). A tag that is no version
+(latest, a build of your own) gets the rule too: with it every release works.
+*/}}
+{{- define "itemops.builtinPluginsBefore118" -}}
+{{- $tag := .Values.builtinPlugins.image.tag | toString -}}
+{{- if not (regexMatch "^v?[0-9]+\\.[0-9]+\\.[0-9]+" $tag) -}}
+true
+{{- else if semverCompare "<1.18.0-0" (regexFind "^v?[0-9]+\\.[0-9]+\\.[0-9]+" $tag) -}}
+true
+{{- end -}}
+{{- end -}}
