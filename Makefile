@@ -88,6 +88,21 @@ test-e2e: ## Run only the end-to-end suites (label e2e): the itemops binary, ite
 	hack/cluster-packages.sh
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" ITEMOPS_UPGRADE=1 LABELS='e2e$(if $(LABELS), && ($(LABELS)))' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' RACE=0 hack/test.sh
 
+# The Velero releases test-compat runs, oldest first: the newest patch of each
+# minor the module proxy serves.
+VELERO_VERSIONS ?= 1.15.2 1.16.2 1.17.2 1.18.3
+
+.PHONY: test-compat
+test-compat: ## Run itemops beside each Velero release of VELERO_VERSIONS (v1.15 to v1.18), building each velero server once per machine; results in test/compat/results.md. make test runs the default release (v1.18.3) alone.
+	hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
+	  hack/cached-binary.sh versitygw > /dev/null & s3=$$!; \
+	  hack/cached-binary.sh helm > /dev/null & helm=$$!; \
+	  assets="$$(hack/envtest-assets.sh)"; \
+	  for v in $(VELERO_VERSIONS); do VELERO_VERSION="$${v#v}" hack/cached-binary.sh velero > /dev/null; done; \
+	  wait $$aws; wait $$s3; wait $$helm; \
+	  KUBEBUILDER_ASSETS="$$assets" ITEMOPS_VELERO_VERSIONS='$(VELERO_VERSIONS)' ITEMOPS_COMPAT_RESULTS=$(CURDIR)/test/compat/results.md \
+	  PACKAGES=./test/compat LABELS=compat TIMEOUT=90m ARTIFACTS='$(ARTIFACTS)' hack/test.sh
+
 # FUZZTIME bounds each fuzz target of test-chaos; CHAOS_DURATION, CHAOS_BACKUPS
 # and CHAOS_OPERATIONS size its chaos run (make test runs 40s, 6 × 8).
 FUZZTIME ?= 1m

@@ -24,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -219,6 +220,20 @@ func main() {
 			log.Error(err, "setting up the DownloadRequest controller")
 			os.Exit(1)
 		}
+	}
+
+	// Which Velero runs, and which serves the built-in plugins: reported
+	// once by the leader (docs/velero.md, "Velero releases").
+	builtinPlugins := filepath.Join(opts.PluginDir, "velero")
+	if _, err := os.Stat(builtinPlugins); err != nil {
+		builtinPlugins = ""
+	}
+	if err := mgr.Add(&controllers.VeleroVersionCheck{
+		Reader: mgr.GetAPIReader(), Recorder: recorder, Namespace: opts.VeleroNamespace,
+		BuiltinPlugins: builtinPlugins, Timeout: opts.PluginCallTimeout,
+	}); err != nil {
+		log.Error(err, "adding the Velero version check")
+		os.Exit(1)
 	}
 
 	metrics.Register(mgr.GetClient(), opts.VeleroNamespace)

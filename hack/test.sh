@@ -7,6 +7,7 @@
 #   ARTIFACTS  where the JUnit reports go (default: _artifacts), one per suite
 #   RACE       1 to build with the race detector (default: 0; see docs/testing.md)
 #   PACKAGES   the packages to look at (default: ./...)
+#   TIMEOUT    how long the Ginkgo suites may take (default: 30m)
 #
 # With LABELS or FOCUS set, only Ginkgo suites run: the plain packages have no
 # labels. Four lanes run side by side, as go test runs packages side by side:
@@ -26,6 +27,7 @@ FOCUS="${FOCUS:-}"
 ARTIFACTS="${ARTIFACTS:-$root/_artifacts}"
 RACE="${RACE:-0}"
 PACKAGES="${PACKAGES:-./...}"
+TIMEOUT="${TIMEOUT:-30m}"
 ginkgo=(go tool -modfile="$root/hack/tools/go.mod" ginkgo)
 
 # Every package with tests, as a directory relative to the root.
@@ -50,7 +52,7 @@ done
 
 mkdir -p "$ARTIFACTS"
 rm -f "$ARTIFACTS"/*_junit.xml
-flags=(--timeout=30m --keep-going --keep-separate-reports --output-dir="$ARTIFACTS" --junit-report=junit.xml)
+flags=(--timeout="$TIMEOUT" --keep-going --keep-separate-reports --output-dir="$ARTIFACTS" --junit-report=junit.xml)
 gotest=(go test -count=1 -timeout 20m)
 if [[ "$RACE" == 1 ]]; then
   # go-plugin itself is built without race instrumentation: the race runtime
