@@ -192,7 +192,9 @@ func releaseSpecs(version string) {
 		g.Eventually(w.backupPhase(b), 120*time.Second, 250*time.Millisecond).Should(Equal(velerov1api.BackupPhaseCompleted))
 		final := w.backupNow(g, b)
 		g.Expect(final.Status.BackupItemOperationsCompleted).To(Equal(2))
-		g.Eventually(func(g Gomega) map[string]itemopsv1alpha1.OperationPhase { return phases(w.operationsOf(g, string(final.UID))) },
+		g.Eventually(func(g Gomega) map[string]itemopsv1alpha1.OperationPhase {
+			return phases(w.operationsOf(g, string(final.UID)))
+		},
 			30*time.Second, 250*time.Millisecond).Should(Equal(map[string]itemopsv1alpha1.OperationPhase{
 			"data-0": itemopsv1alpha1.OperationPhaseCompleted, "sample-0": itemopsv1alpha1.OperationPhaseCompleted}))
 		records, err := veleroenv.ReadBackupOperations(w.velero.BucketDir, b.Name)
