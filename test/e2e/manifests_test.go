@@ -119,6 +119,36 @@ var _ = Describe("The install manifests", func() {
 		}
 	})
 
+	// Velero before v1.18 looks for a DataUpload in every namespace
+	// (docs/velero.md, "Velero releases"): its component adds that list to
+	// the plugins' ClusterRole, and nothing else.
+	It("config/velero-before-1.18 lets the built-in plugins list DataUploads at the cluster scope", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		pluginRules := func(dir string) []rbacv1.PolicyRule {
+			for _, obj := range kustomize(t, dir) {
+				if obj.GetKind() == "ClusterRole" && obj.GetName() == "itemops-velero-plugins" {
+					role := &rbacv1.ClusterRole{}
+					g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role)).To(Succeed())
+					return role.Rules
+				}
+			}
+			t.Fatalf("%s has no ClusterRole itemops-velero-plugins", dir)
+			return nil
+		}
+		overlay := t.TempDir()
+		rel, err := filepath.Rel(overlay, env.RepoRoot)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(
+			"resources:\n- "+rel+"/config/manage\ncomponents:\n- "+rel+"/config/velero-before-1.18\n"), 0o644)).To(Succeed())
+		fromRoot, err := filepath.Rel(env.RepoRoot, overlay)
+		g.Expect(err).NotTo(HaveOccurred())
+		before, after := pluginRules("config/manage"), pluginRules(fromRoot)
+		g.Expect(after).To(HaveLen(len(before) + 1))
+		g.Expect(after[:len(before)]).To(Equal(before))
+		g.Expect(after[len(before)]).To(Equal(rbacv1.PolicyRule{APIGroups: []string{"velero.io"}, Resources: []string{"datauploads"}, Verbs: []string{"list"}}))
+	})
+
 	// It checks what every install path grants: no
 	// wildcard, Secrets only read one by one, Velero's objects written only in
 	// manage mode, and only ItemOperations cluster-wide.

@@ -98,7 +98,17 @@ func (s *Stack) WriteItemopsValues(itemopsTag string) error {
 		return fmt.Errorf("the README's values: %w", err)
 	}
 	values["image"] = map[string]any{"repository": ItemopsRepository, "tag": itemopsTag, "pullPolicy": "Never"}
-	values["builtinPlugins"] = map[string]any{"image": map[string]any{"pullPolicy": "Never"}}
+	builtin, _ := values["builtinPlugins"].(map[string]any)
+	if builtin == nil {
+		builtin = map[string]any{}
+	}
+	builtinImage, _ := builtin["image"].(map[string]any)
+	if builtinImage == nil {
+		builtinImage = map[string]any{}
+	}
+	builtinImage["pullPolicy"] = "Never"
+	builtin["image"] = builtinImage
+	values["builtinPlugins"] = builtin
 	inits, _ := values["initContainers"].([]any)
 	values["initContainers"] = append(inits, map[string]any{
 		"name": "itemops-sample-plugins", "image": SamplePluginsImage, "imagePullPolicy": "Never",
