@@ -119,6 +119,11 @@ func (r *ItemOperationReconciler) poll(ctx context.Context, op *itemopsv1alpha1.
 			cause = fmt.Sprintf("plugin %s was refused by the API server: %s may not %s; grant it to itemops' ServiceAccount "+
 				"(the chart's rbac.pluginRules or pluginClusterRules, config/rbac/velero_plugins_role.yaml); the plugin said: %v",
 				op.Spec.Plugin.Name, d.User, d.Permission(), err)
+			if d.Resource == "datauploads" && d.Namespace == "" {
+				// Velero before v1.18 looks for DataUploads in every namespace.
+				cause = "Velero's data mover before v1.18 lists DataUploads at the cluster scope: set the chart's builtinPlugins.image.tag " +
+					"to your Velero's release (kustomize: config/velero-before-1.18). " + cause
+			}
 		}
 		if int(op.Status.PollFailures) >= r.MaxProgressFailures {
 			op.Status.Error = fmt.Sprintf("progress could not be read %d times in a row; last error: %s", op.Status.PollFailures, cause)

@@ -67,13 +67,18 @@ func (p *scriptedPlugin) Progress(context.Context, plugin.Operation) (velero.Ope
 func (p *scriptedPlugin) Cancel(context.Context, plugin.Operation) error { return nil }
 
 // deniedPlugin answers every Progress with the error Velero's data mover
-// returns when itemops' identity may not list DataUploads.
-type deniedPlugin struct{}
+// returns when itemops' identity may not list DataUploads: in Velero's
+// namespace (v1.18), or at the cluster scope (before v1.18).
+type deniedPlugin struct{ clusterScope bool }
 
-func (deniedPlugin) Progress(context.Context, plugin.Operation) (velero.OperationProgress, error) {
+func (p deniedPlugin) Progress(context.Context, plugin.Operation) (velero.OperationProgress, error) {
+	scope := `in the namespace "velero"`
+	if p.clusterScope {
+		scope = "at the cluster scope"
+	}
 	return velero.OperationProgress{}, &plugin.Error{Kind: plugin.ErrPluginError, Plugin: "velero.io/csi-pvc-backupper", Call: "Progress",
 		Err: errors.New(`error to list DataUpload: datauploads.velero.io is forbidden: User "system:serviceaccount:velero:itemops" ` +
-			`cannot list resource "datauploads" in API group "velero.io" in the namespace "velero"`)}
+			`cannot list resource "datauploads" in API group "velero.io" ` + scope)}
 }
 
 func (deniedPlugin) Cancel(context.Context, plugin.Operation) error { return nil }
@@ -544,6 +549,31 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 		}
 		if got.Status.Phase != itemopsv1alpha1.OperationPhaseCompleted || p.calls != 3 {
 			t.Fatalf("phase %s after %d Progress calls, want Completed after 3", got.Status.Phase, p.calls)
+		}
+	})
+
+	// Velero before v1.18 lists DataUploads in every namespace: the refusal
+	// says what to set.
+	It("a data mover of Velero before v1.18 refused the cluster-wide list names the chart value to set", func() {
+		t := GinkgoTB()
+		c, op := oneWaitingOperation(t, "velero.io/csi-pvc-backupper", "du-1")
+		r := &ItemOperationReconciler{Client: c, Plugins: deniedPlugin{clusterScope: true}, Recorder: record.NewFakeRecorder(100),
+			Clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), SyncFrequency: 10 * time.Second,
+			ProgressUpdateInterval: 30 * time.Second, StallAfter: time.Hour, MaxProgressFailures: 3, MinPollInterval: time.Second}
+		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
+		if _, err := r.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		got := &itemopsv1alpha1.ItemOperation{}
+		if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+			t.Fatal(err)
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, itemopsv1alpha1.ConditionProgressing)
+		for _, want := range []string{"builtinPlugins.image.tag", "config/velero-before-1.18",
+			"system:serviceaccount:velero:itemops may not list datauploads.velero.io at the cluster scope"} {
+			if cond == nil || cond.Reason != itemopsv1alpha1.ReasonPluginForbidden || !strings.Contains(cond.Message, want) {
+				t.Errorf("condition %+v; want PluginForbidden saying %q", cond, want)
+			}
 		}
 	})
 
