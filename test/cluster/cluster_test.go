@@ -44,6 +44,7 @@ import (
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/controllers"
 	"github.com/itemops/itemops/test/csisim"
 	"github.com/itemops/itemops/test/plugins/sim"
 	"github.com/itemops/itemops/test/stack"
@@ -258,6 +259,20 @@ var _ = Describe("itemops installed by the README beside velero install", Ordere
 		ns := &corev1.Namespace{}
 		Expect(s.Client.Get(ctx, client.ObjectKey{Name: stack.VeleroNamespace}, ns)).To(Succeed())
 		Expect(ns.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"))
+
+		// The leader read Velero's release from its Deployment and ran the
+		// built-in plugins' velero binary inside its own container.
+		Eventually(func() string { return s.Logs(ctx, stack.VeleroNamespace, "app.kubernetes.io/name=itemops", 2000) }).
+			WithContext(ctx).WithTimeout(time.Minute).Should(MatchRegexp(
+			`Velero's release.*"image":\s*"velero/velero:v1\.18\.3".*"support":\s*"Supported".*"builtinPlugins":\s*"v1\.18\.3"`))
+		events := &corev1.EventList{}
+		Expect(s.Client.List(ctx, events, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "Deployment" && e.InvolvedObject.Name == controllers.VeleroDeployment {
+				Expect(e.Reason).NotTo(BeElementOf(controllers.ReasonVeleroUnsupported, controllers.ReasonVeleroUntested,
+					controllers.ReasonBuiltinPluginsRelease), e.Message)
+			}
+		}
 	})
 
 	It("observe mode: mirrors a Backup's operations while Velero's own controllers end it", func(ctx SpecContext) {
