@@ -194,6 +194,10 @@ cluster: ## Run a real one-node Kubernetes here (needs root; installs containerd
 # kube-apiserver and etcd); DEMO_ARGS are passed on (go run ./hack/demo -h).
 DEMO ?= real
 
+.PHONY: picture
+picture: ## Draw `kubectl itemops watch` on the demo's real Backup into docs/images (an animated SVG of the run and a still one), through a pseudo-terminal and a terminal emulator; about 2 minutes once the demo's binaries are built.
+	go run ./hack/picture -out docs/images
+
 .PHONY: demo
 demo: ## Run the real Velero and itemops end to end on a local control plane, building what they need the first time (DEMO=synthetic: without Velero). Ctrl-C ends it.
 	@echo "==> compiling the demo (the first time on a machine: a few minutes)"

@@ -265,7 +265,7 @@ func writeTargets(md *strings.Builder, ts []target, sizes []int) {
 		md.WriteString("\nEvery target is met.\n\n")
 		return
 	}
-	fmt.Fprintf(md, "\n%d of %d targets missed; what limits each is in the README's Performance section.\n\n", missed, len(ts))
+	fmt.Fprintf(md, "\n%d of %d targets missed; what limits each is in docs/performance.md.\n\n", missed, len(ts))
 	if len(sizes) > 1 {
 		if best := largestMet(ts, sizes); best > 0 {
 			fmt.Fprintf(md, "The largest size with every target met: %d operations.\n\n", best)
