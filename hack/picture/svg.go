@@ -164,7 +164,13 @@ func writeAnimation(b *strings.Builder, frames []Frame) {
 	for i, f := range frames {
 		from := 100 * float64(at) / float64(total)
 		to := 100 * float64(at+f.For) / float64(total)
-		fmt.Fprintf(b, ".f%d{opacity:0;animation:k%d %.2fs steps(1,end) infinite}", i, i, total.Seconds())
+		// Without animation (an SVG renderer that ignores CSS) the last
+		// frame, the outcome, is what shows.
+		base := 0
+		if i == len(frames)-1 {
+			base = 1
+		}
+		fmt.Fprintf(b, ".f%d{opacity:%d;animation:k%d %.2fs steps(1,end) infinite}", i, base, i, total.Seconds())
 		if i == 0 {
 			fmt.Fprintf(b, "@keyframes k%d{0%%{opacity:1}%.3f%%{opacity:0}100%%{opacity:0}}\n", i, to)
 		} else {

@@ -76,6 +76,7 @@ func TestAnimation(t *testing.T) {
 	for _, want := range []string{
 		`<g class="f0">`, `<g class="f1">`, "upload 10%", "upload 100%", "Completed",
 		".f0{opacity:0;animation:k0 4.00s steps(1,end) infinite}",
+		".f1{opacity:1;animation:k1 4.00s steps(1,end) infinite}",
 		"@keyframes k0{0%{opacity:1}25.000%{opacity:0}100%{opacity:0}}",
 		"@keyframes k1{0%{opacity:0}25.000%{opacity:1}100.000%{opacity:0}100%{opacity:0}}",
 	} {
