@@ -57,6 +57,7 @@ func main() {
 	sideKeep := flag.Bool("side-keep", false, "keep the side-by-side runs' work directories (logs at info level, every Progress call of itemops in polls.log, each Backup's times in backups.tsv)")
 	measure := flag.Bool("capacity", true, "first measure the status writes per second the API server takes alone")
 	out := flag.String("out", "", "results directory (default test/bench/results in the checkout)")
+	profiled := flag.Bool("profile", false, "take CPU and allocation profiles of itemops over each size's polling into <out>/profiles, and break them down in results.md")
 	extra := flag.String("itemops-args", "", "more itemops flags, space separated")
 	restart := flag.Bool("restart", true, "also measure, for every size, how long after a kill -9 with every operation in flight each one is polled again")
 	shape := flag.String("shape", sim.ShapeReal, `the sample plugin's progress: "real" wandering ±50%, with pauses of 5-30 s and a final burst; "" at a constant rate`)
@@ -104,6 +105,9 @@ func main() {
 			}
 			cfg := config{ops: n, parents: backups, sync: *sync, update: *update, polling: v, shape: *shape,
 				minDuration: short, maxDuration: long, extraArgs: append(v.args(), strings.Fields(*extra)...)}
+			if *profiled {
+				cfg.profileDir = filepath.Join(*out, "profiles")
+			}
 			fmt.Fprintf(os.Stderr, "bench: %d operations over %d Backups, sync %s, %s polling\n", n, backups, *sync, v)
 			r, err := run(context.Background(), root, cfg)
 			if err != nil {

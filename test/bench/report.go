@@ -33,6 +33,8 @@ import (
 
 // analysis holds what run measured besides the polls.
 type analysis struct {
+	// profile is where itemops' CPU went, when the run was profiled.
+	profile    *profileRow
 	writes     map[string]float64
 	cpuSeconds float64
 	pluginCPU  float64
@@ -394,6 +396,13 @@ func write(dir string, capa *capacity, results []*result, restarts []*restartRes
 		writeQueues(&md, results)
 		md.WriteString("\n![detection latency](detection-latency-cdf.png)\n\n![Progress calls per second](progress-calls-per-second.png)\n")
 		writeCost(&md, results)
+		var rows []profileRow
+		for _, r := range results {
+			if r.profile != nil {
+				rows = append(rows, *r.profile)
+			}
+		}
+		writeProfileTable(&md, rows)
 	}
 	writeRestarts(&md, restarts)
 	writeDataMover(&md, movers)

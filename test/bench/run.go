@@ -60,6 +60,9 @@ type config struct {
 	extraArgs []string
 	// plugin follows the operations: the sample plugin's data mover unless set.
 	plugin string
+	// profileDir, when set, receives CPU and allocation profiles of itemops
+	// over the run's polling (-profile).
+	profileDir string
 }
 
 const datamover = "itemops.io/sample-datamover"
@@ -181,8 +184,10 @@ func (h *harness) startTransfers(ops []operation, shape string, t0 time.Time) er
 type itemops struct {
 	cmd         *exec.Cmd
 	metricsAddr string
-	log         *os.File
-	started     time.Time
+	// pprofAddr serves itemops' profiles when the run is profiled.
+	pprofAddr string
+	log       *os.File
+	started   time.Time
 }
 
 // startItemops starts the itemops binary in manage mode with the sample
@@ -202,6 +207,13 @@ func (h *harness) startItemops(cfg config, extra ...string) (*itemops, error) {
 		"--plugin-dir=" + h.pluginDir, "--sync-frequency=" + cfg.sync.String(), "--progress-update-interval=" + cfg.update.String(),
 		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probes,
 		"--credentials-dir=" + filepath.Join(h.work, "credentials"), "--zap-log-level=error"}
+	var pprofAddr string
+	if cfg.profileDir != "" {
+		if pprofAddr, err = freeAddress(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--pprof-bind-address="+pprofAddr)
+	}
 	args = append(append(args, cfg.extraArgs...), extra...)
 	cmd := exec.Command(h.binary, args...)
 	cmd.Env = append(os.Environ(), sim.EnvStateDir+"="+h.stateDir, sim.EnvFast+"=true",
@@ -216,7 +228,16 @@ func (h *harness) startItemops(cfg config, extra ...string) (*itemops, error) {
 		log.Close()
 		return nil, err
 	}
-	return &itemops{cmd: cmd, metricsAddr: metricsAddr, log: log, started: time.Now()}, nil
+	return &itemops{cmd: cmd, metricsAddr: metricsAddr, pprofAddr: pprofAddr, log: log, started: time.Now()}, nil
+}
+
+// lastEndOf is the last plugin-side completion of ops, t0 at the earliest.
+func lastEndOf(ops []operation, t0 time.Time) time.Time {
+	lastEnd := t0
+	for _, op := range ops {
+		lastEnd = maxTime(lastEnd, op.completes)
+	}
+	return lastEnd
 }
 
 // stop ends itemops with SIGTERM, as a rollout does, and waits for it.
@@ -268,13 +289,11 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 	defer p.kill()
 
 	finalized := watchFinalizing(ctx, h.c, backups)
+	prof := startProfiling(ctx, p, cfg, lastEndOf(ops, t0))
 	var samples []sample
 	// Real-shaped transfers pause and outlast their nominal duration: the
 	// run waits for the last plugin-side completion.
-	lastEnd := t0
-	for _, op := range ops {
-		lastEnd = maxTime(lastEnd, op.completes)
-	}
+	lastEnd := lastEndOf(ops, t0)
 	deadline := lastEnd.Add(10*cfg.sync + 2*time.Minute)
 	var peakRSS, peakPluginRSS int64
 	var last sample
@@ -300,6 +319,10 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 	}
 	hwm := proc.HighWaterMark(p.cmd.Process.Pid)
 	queueCounts = p.scrape(queueCounts)
+	profiled, err := prof.finish(ctx)
+	if err != nil {
+		return nil, err
+	}
 	p.stop()
 	controlPlane := h.controlPlaneCPU() - controlPlaneBefore
 	writesAfter, err := apiWrites(ctx, h.fast)
@@ -335,6 +358,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 		timedOut:      last.finalizing < len(backups),
 		queueCounts:   queueCounts,
 		workers:       workers(cfg.extraArgs),
+		profile:       profiled.row(polls),
 	}), nil
 }
 
