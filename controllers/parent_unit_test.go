@@ -363,3 +363,35 @@ var _ = Describe("Writes of the parent reconcilers", Label("unit"), func() {
 		}
 	})
 })
+
+// A parent's operations are counted on every change of one of them: the
+// count of an operation that stands for one record (nearly all) allocates
+// nothing.
+var _ = Describe("Record counts of operations", Label("unit"), func() {
+	It("reads the annotations, and allocates nothing without them", func() {
+		t := GinkgoTB()
+		op := func(annotations map[string]string) *itemopsv1alpha1.ItemOperation {
+			return &itemopsv1alpha1.ItemOperation{ObjectMeta: metav1.ObjectMeta{Annotations: annotations}}
+		}
+		for _, tc := range []struct {
+			annotations  map[string]string
+			count, index int
+		}{
+			{nil, 1, -1},
+			{map[string]string{itemopsv1alpha1.AnnotationRecords: "3", itemopsv1alpha1.AnnotationRecordIndex: "7"}, 3, 7},
+			{map[string]string{itemopsv1alpha1.AnnotationRecords: "0"}, 1, -1},
+			{map[string]string{itemopsv1alpha1.AnnotationRecords: "many", itemopsv1alpha1.AnnotationRecordIndex: "first"}, 1, -1},
+		} {
+			if got := recordCount(op(tc.annotations)); got != tc.count {
+				t.Errorf("recordCount(%v) = %d, want %d", tc.annotations, got, tc.count)
+			}
+			if got := recordIndex(op(tc.annotations)); got != tc.index {
+				t.Errorf("recordIndex(%v) = %d, want %d", tc.annotations, got, tc.index)
+			}
+		}
+		plain := op(map[string]string{"velero.io/backup-name": "nightly"})
+		if n := testing.AllocsPerRun(100, func() { _, _ = recordCount(plain), recordIndex(plain) }); n != 0 {
+			t.Errorf("%.0f allocations counting an operation of one record, want none", n)
+		}
+	})
+})

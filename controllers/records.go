@@ -213,7 +213,13 @@ func toRecord(op *itemopsv1alpha1.ItemOperation) opRecord {
 
 // recordCount is how many records of the operations file op stands for.
 func recordCount(op *itemopsv1alpha1.ItemOperation) int {
-	n, err := strconv.Atoi(op.Annotations[itemopsv1alpha1.AnnotationRecords])
+	// Nearly every operation stands for one record and has no annotation:
+	// Atoi("") would allocate an error on every count of every parent.
+	v, ok := op.Annotations[itemopsv1alpha1.AnnotationRecords]
+	if !ok {
+		return 1
+	}
+	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
 		return 1
 	}
@@ -231,7 +237,11 @@ func recordCounts(ops []itemopsv1alpha1.ItemOperation) int {
 
 // recordIndex is the position of op's record in the operations file.
 func recordIndex(op *itemopsv1alpha1.ItemOperation) int {
-	i, err := strconv.Atoi(op.Annotations[itemopsv1alpha1.AnnotationRecordIndex])
+	v, ok := op.Annotations[itemopsv1alpha1.AnnotationRecordIndex]
+	if !ok {
+		return -1
+	}
+	i, err := strconv.Atoi(v)
 	if err != nil {
 		return -1
 	}
