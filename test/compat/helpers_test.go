@@ -18,7 +18,6 @@ package compat
 
 import (
 	"context"
-	"os/exec"
 	"regexp"
 	"strings"
 
@@ -98,10 +97,9 @@ func (w *world) dataUploads(g Gomega, b *velerov1api.Backup) map[string]velerov2
 
 // describe runs the release's `velero backup|restore describe --details`.
 func (w *world) describe(g Gomega, kind, name string) string {
-	out, err := exec.Command(w.velero.Velero, kind, "describe", name, "--details",
-		"--kubeconfig", w.velero.Kubeconfig, "--namespace", envtest.VeleroNamespace).CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(out))
-	return string(out)
+	out, err := w.velero.Describe(kind, name)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	return out
 }
 
 var (

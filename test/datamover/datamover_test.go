@@ -209,8 +209,7 @@ func eventsOf(g Gomega, uid k8stypes.UID) []corev1.Event {
 
 // describe runs `velero backup describe --details`.
 func describe(g Gomega, name string) string {
-	out, err := exec.Command(velero.Velero, "backup", "describe", name, "--details",
-		"--kubeconfig", velero.Kubeconfig, "--namespace", envtest.VeleroNamespace).CombinedOutput()
-	g.Expect(err).NotTo(HaveOccurred(), string(out))
-	return string(out)
+	out, err := velero.Describe("backup", name)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	return out
 }

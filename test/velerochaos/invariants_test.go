@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -148,8 +147,7 @@ func check(ctx context.Context, t testing.TB, load *workload) *invariants {
 			}
 		}
 		inv.parent(p, byParent["Backup/"+name])
-		if out, err := exec.Command(velero.Velero, "backup", "describe", name, "--details", "--kubeconfig", velero.Kubeconfig,
-			"--namespace", envtest.VeleroNamespace).CombinedOutput(); err != nil || !strings.Contains(string(out), "Phase:") {
+		if out, err := velero.Describe("backup", name); err != nil || !strings.Contains(out, "Phase:") {
 			inv.fail(&inv.unreadable, "velero backup describe --details %s: %v\n%s", name, err, out)
 		}
 	}

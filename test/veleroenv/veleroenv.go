@@ -177,6 +177,14 @@ func SetupVersion(env *envtest.Environment, work, pluginDir, version string, cac
 	return e, stop, nil
 }
 
+// Describe runs this Velero's `velero <kind> describe <name> --details`
+// (kind backup or restore) and returns what it printed, errors included.
+func (e *Env) Describe(kind, name string) (string, error) {
+	out, err := exec.Command(e.Velero, kind, "describe", name, "--details",
+		"--kubeconfig", e.Kubeconfig, "--namespace", envtest.VeleroNamespace).CombinedOutput()
+	return string(out), err
+}
+
 // StorageOutage makes the bucket unreachable for down: versitygw is
 // stopped, then started again on the same address over the same files.
 func (e *Env) StorageOutage(down time.Duration) error { return e.server.Outage(down) }
