@@ -51,10 +51,8 @@ data mover plugin lists DataUploads in every namespace
 (latest, a build of your own) gets the rule too: with it every release works.
 */}}
 {{- define "itemops.builtinPluginsBefore118" -}}
-{{- $tag := .Values.builtinPlugins.image.tag | toString -}}
-{{- if not (regexMatch "^v?[0-9]+\\.[0-9]+\\.[0-9]+" $tag) -}}
-true
-{{- else if semverCompare "<1.18.0-0" (regexFind "^v?[0-9]+\\.[0-9]+\\.[0-9]+" $tag) -}}
+{{- $release := regexFind "^v?[0-9]+\\.[0-9]+\\.[0-9]+" (.Values.builtinPlugins.image.tag | toString) -}}
+{{- if or (not $release) (semverCompare "<1.18.0-0" (default "0.0.0" $release)) -}}
 true
 {{- end -}}
 {{- end -}}
