@@ -93,6 +93,9 @@ func main() {
 	}
 	cfg.QPS, cfg.Burst = float32(opts.KubeAPIQPS), opts.KubeAPIBurst
 
+	// A parent's operations are read from the cache's store, not copied out
+	// of it on every end of one of them (see controllers.OperationIndex).
+	operations := &controllers.OperationIndex{}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		// Velero's objects and ItemOperations all live in Velero's namespace:
@@ -102,6 +105,7 @@ func main() {
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{opts.VeleroNamespace: {}},
 			DefaultTransform:  cache.TransformStripManagedFields(),
+			NewInformer:       operations.NewInformer,
 		},
 		// Every read of the namespaced cache asks whether the kind is
 		// namespaced: answered once per kind (docs/controllers.md).
@@ -158,8 +162,15 @@ func main() {
 		CredentialsDir: opts.CredentialsDir,
 	}
 
+	patcher, err := kube.NewPatcher(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetScheme(), mgr.GetRESTMapper(), &itemopsv1alpha1.ItemOperation{})
+	if err != nil {
+		log.Error(err, "setting up the ItemOperation writes")
+		os.Exit(1)
+	}
 	if err := (&controllers.ItemOperationReconciler{
 		Client:                  mgr.GetClient(),
+		Operations:              operations,
+		Patcher:                 patcher,
 		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
 		SnapshotLocations:       objectStorage,
@@ -194,6 +205,7 @@ func main() {
 		// progress interval (see docs/controllers.md).
 		CounterInterval:         opts.ProgressUpdateInterval,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+		Operations:              operations,
 	}
 	backups := controllers.NewBackupReconciler(mgr.GetClient(), recorder, parentOpts)
 	if err := backups.SetupWithManager(mgr); err != nil {
@@ -208,7 +220,7 @@ func main() {
 	// Native volume snapshots are followed in both modes and never move a
 	// Backup's phase: Velero does not wait for them.
 	if err := (&controllers.VolumeSnapshotReconciler{
-		Client: mgr.GetClient(), Recorder: recorder, Store: objectStorage, Clock: clock.RealClock{},
+		Client: mgr.GetClient(), Recorder: recorder, Store: objectStorage, Clock: clock.RealClock{}, Operations: operations,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "setting up the volume snapshot controller")
 		os.Exit(1)

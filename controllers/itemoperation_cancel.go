@@ -79,7 +79,7 @@ func (r *ItemOperationReconciler) removeFinalizer(ctx context.Context, op *itemo
 	if err != nil {
 		return fmt.Errorf("removing the finalizer: %w", err)
 	}
-	if err := r.Client.Patch(ctx, op, client.RawPatch(types.MergePatchType, body)); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.patch(ctx, op, client.RawPatch(types.MergePatchType, body), false); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing the finalizer: %w", err)
 	}
 	return nil

@@ -42,6 +42,7 @@ import (
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/progress"
 	"github.com/itemops/itemops/internal/store"
@@ -67,6 +68,13 @@ type ItemOperationReconciler struct {
 	SnapshotLocations SnapshotLocations
 	Recorder          record.EventRecorder
 	Clock             clock.Clock
+	// Operations, when set, reads the operation to reconcile from the
+	// cache's store: one copy of it per reconcile rather than two.
+	Operations *OperationIndex
+	// Patcher, when set, sends the status writes and the releases of
+	// finalizers without decoding the object the API server answers with
+	// (the cache sees it through its watch); through Client when nil.
+	Patcher *kube.Patcher
 
 	// SyncFrequency is the time between two polls of an operation in progress.
 	SyncFrequency time.Duration
@@ -214,8 +222,8 @@ func (r *ItemOperationReconciler) requestsFor(ctx context.Context, namespace str
 
 // Reconcile implements reconcile.Reconciler.
 func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	op := &itemopsv1alpha1.ItemOperation{}
-	if err := r.Client.Get(ctx, req.NamespacedName, op); err != nil {
+	op, unchanged, err := r.operation(ctx, req.NamespacedName)
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			r.polled.Delete(req.NamespacedName)
 			r.cancelTries.Delete(req.NamespacedName)
@@ -232,7 +240,7 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		// Read from an operations file in which it had already finished:
 		// record that, and there is nothing to poll or cancel.
 		if finishedBeforeIngestion(op) {
-			original, now := op.DeepCopy(), r.Clock.Now()
+			original, now := unchanged, r.Clock.Now()
 			r.initialize(op, now)
 			return r.writeEnd(ctx, original, op, now)
 		}
@@ -241,19 +249,20 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		r.polled.Delete(req.NamespacedName)
 		return r.release(ctx, op)
 	}
+	original := unchanged
 	if !controllerutil.ContainsFinalizer(op, itemopsv1alpha1.Finalizer) {
-		patch := client.MergeFrom(op.DeepCopy())
+		patch := client.MergeFrom(unchanged)
 		controllerutil.AddFinalizer(op, itemopsv1alpha1.Finalizer)
 		if err := r.Client.Patch(ctx, op, patch); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
 		}
+		original = op.DeepCopy()
 	}
 
 	parent, err := r.parent(ctx, op)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	original := op.DeepCopy()
 	now := r.Clock.Now()
 	r.initialize(op, now)
 
@@ -306,6 +315,26 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	return ctrl.Result{RequeueAfter: max(next, time.Millisecond)}, nil
 }
 
+// operation reads the operation to reconcile: a copy to work on, and the
+// copy as read, which must not be changed (through Operations it is the
+// cache's own object).
+func (r *ItemOperationReconciler) operation(ctx context.Context, key types.NamespacedName) (op, unchanged *itemopsv1alpha1.ItemOperation, err error) {
+	cached, found, usable, err := r.Operations.get(key)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case usable && !found:
+		return nil, nil, apierrors.NewNotFound(itemopsv1alpha1.GroupVersion.WithResource("itemoperations").GroupResource(), key.Name)
+	case usable:
+		return cached.DeepCopy(), cached, nil
+	}
+	op = &itemopsv1alpha1.ItemOperation{}
+	if err := r.Client.Get(ctx, key, op); err != nil {
+		return nil, nil, err
+	}
+	return op, op.DeepCopy(), nil
+}
+
 // writeEnd writes the status of an operation that just ended and then
 // releases it, in the same reconcile: its own status write does not wake it.
 func (r *ItemOperationReconciler) writeEnd(ctx context.Context, original, op *itemopsv1alpha1.ItemOperation, now time.Time) (ctrl.Result, error) {
@@ -355,6 +384,20 @@ func (r *ItemOperationReconciler) release(ctx context.Context, op *itemopsv1alph
 		r.StatusWrites.ReserveN(r.Clock.Now(), 1)
 	}
 	return ctrl.Result{}, nil
+}
+
+// patch sends patch for op, to its status subresource when status is set.
+// After a write through Patcher, op keeps the resourceVersion it had.
+func (r *ItemOperationReconciler) patch(ctx context.Context, op *itemopsv1alpha1.ItemOperation, patch client.Patch, status bool) error {
+	switch {
+	case r.Patcher != nil && status:
+		return r.Patcher.Patch(ctx, op, patch, "status")
+	case r.Patcher != nil:
+		return r.Patcher.Patch(ctx, op, patch)
+	case status:
+		return r.Client.Status().Patch(ctx, op, patch)
+	}
+	return r.Client.Patch(ctx, op, patch)
 }
 
 // deletionStarted passes the update that marks an object for deletion.

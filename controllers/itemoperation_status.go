@@ -257,7 +257,7 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 		// a second Event and a second count in the metrics.
 		patch = client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
 	}
-	if err := r.Client.Status().Patch(ctx, op, patch); err != nil {
+	if err := r.patch(ctx, op, patch, true); err != nil {
 		if apierrors.IsConflict(err) {
 			ctrl.LoggerFrom(ctx).V(1).Info("status changed meanwhile; the newer copy is reconciled next")
 			return errStale

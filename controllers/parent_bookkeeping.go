@@ -37,7 +37,7 @@ type ingestion struct {
 	invalid  rollup.Counts
 	// pending are the ItemOperations made from it that the cache has not
 	// listed yet, by name.
-	pending map[string]itemopsv1alpha1.ItemOperation
+	pending map[string]*itemopsv1alpha1.ItemOperation
 }
 
 func (r *parentReconciler[T]) ingested(parent T, result ingestResult) {
@@ -47,7 +47,7 @@ func (r *parentReconciler[T]) ingested(parent T, result ingestResult) {
 		r.ingestions = map[types.UID]ingestion{}
 	}
 	last := ingestion{at: r.now(), expected: result.expected, invalid: result.invalid,
-		pending: make(map[string]itemopsv1alpha1.ItemOperation, len(result.made))}
+		pending: make(map[string]*itemopsv1alpha1.ItemOperation, len(result.made))}
 	for _, op := range result.made {
 		last.pending[op.Name] = op
 	}
@@ -58,7 +58,7 @@ func (r *parentReconciler[T]) ingested(parent T, result ingestResult) {
 // does not list yet, if it was read a moment ago. An operation the cache
 // has listed since is no longer pending: when it disappears (deleted), the
 // file is read again and it is made again.
-func (r *parentReconciler[T]) lastIngestion(parent T, cached []itemopsv1alpha1.ItemOperation) (ingestion, []itemopsv1alpha1.ItemOperation, bool) {
+func (r *parentReconciler[T]) lastIngestion(parent T, cached []*itemopsv1alpha1.ItemOperation) (ingestion, []*itemopsv1alpha1.ItemOperation, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	last, ok := r.ingestions[parent.GetUID()]
@@ -71,7 +71,7 @@ func (r *parentReconciler[T]) lastIngestion(parent T, cached []itemopsv1alpha1.I
 	if len(last.pending) == 0 {
 		return ingestion{}, nil, false
 	}
-	pending := make([]itemopsv1alpha1.ItemOperation, 0, len(last.pending))
+	pending := make([]*itemopsv1alpha1.ItemOperation, 0, len(last.pending))
 	for _, op := range last.pending {
 		pending = append(pending, op)
 	}
@@ -80,7 +80,7 @@ func (r *parentReconciler[T]) lastIngestion(parent T, cached []itemopsv1alpha1.I
 
 // mergeOperations adds to the cached operations those made since that the
 // cache does not list yet.
-func mergeOperations(cached, made []itemopsv1alpha1.ItemOperation) []itemopsv1alpha1.ItemOperation {
+func mergeOperations(cached, made []*itemopsv1alpha1.ItemOperation) []*itemopsv1alpha1.ItemOperation {
 	listed := make(map[string]bool, len(cached))
 	for _, op := range cached {
 		listed[op.Name] = true

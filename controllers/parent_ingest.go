@@ -37,7 +37,7 @@ import (
 // known is what a reconcile knows of a parent's operations.
 type known struct {
 	// ops are the parent's ItemOperations.
-	ops []itemopsv1alpha1.ItemOperation
+	ops []*itemopsv1alpha1.ItemOperation
 	// expected is how many operations the parent waits for.
 	expected int
 	// invalid are records that cannot become ItemOperations; they count as failed.
@@ -54,7 +54,7 @@ type known struct {
 // than Velero attempted, reads the operations file and creates the missing
 // ones. A parent whose operations are all known costs no object storage request.
 func (r *parentReconciler[T]) knownOperations(ctx context.Context, parent T, old parentCounters) (known, error) {
-	ops, err := listOperations(ctx, r.client, parent.GetNamespace(), parent.GetUID())
+	ops, err := listOperations(ctx, r.client, r.opts.Operations, parent.GetNamespace(), parent.GetUID())
 	if err != nil {
 		return known{}, err
 	}
@@ -116,12 +116,12 @@ type ingestResult struct {
 	invalid rollup.Counts
 	// made are the ItemOperations of the records that the cache did not
 	// list: created now, or found to exist already.
-	made []itemopsv1alpha1.ItemOperation
+	made []*itemopsv1alpha1.ItemOperation
 }
 
 // ingest creates the ItemOperation of every record that has none yet.
 // Names are deterministic, so a second read or a restart creates nothing twice.
-func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []opRecord, existing []itemopsv1alpha1.ItemOperation) (ingestResult, error) {
+func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []opRecord, existing []*itemopsv1alpha1.ItemOperation) (ingestResult, error) {
 	have := map[string]bool{}
 	for _, op := range existing {
 		have[op.Name] = true
@@ -171,7 +171,7 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 			switch {
 			case apierrors.IsAlreadyExists(err):
 				// Created by an earlier reconcile; the cache has not seen it yet.
-				result.made = append(result.made, *op)
+				result.made = append(result.made, op)
 				continue
 			case apierrors.IsInvalid(err):
 				// Nothing can poll it: count it failed rather than wait for it forever.
@@ -187,7 +187,7 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 			}
 			return ingestResult{}, fmt.Errorf("creating ItemOperation %s: %w", op.Name, err)
 		}
-		result.made = append(result.made, *op)
+		result.made = append(result.made, op)
 		created++
 	}
 	if created > 0 {

@@ -358,6 +358,25 @@ var _ = Describe("Writes of the parent reconcilers", Label("unit"), func() {
 				t.Errorf("%s: wakes the parent = %v, want %v", tc.name, got, tc.want)
 			}
 		}
+		// Phases: only an end changes what the parent counts.
+		for _, tc := range []struct {
+			from, to itemopsv1alpha1.OperationPhase
+			want     bool
+		}{
+			{"", itemopsv1alpha1.OperationPhaseNew, false},
+			{itemopsv1alpha1.OperationPhaseNew, itemopsv1alpha1.OperationPhaseInProgress, false},
+			{"", itemopsv1alpha1.OperationPhaseInProgress, false},
+			{itemopsv1alpha1.OperationPhaseNew, itemopsv1alpha1.OperationPhaseCompleted, true},
+			{itemopsv1alpha1.OperationPhaseInProgress, itemopsv1alpha1.OperationPhaseFailed, true},
+			{itemopsv1alpha1.OperationPhaseInProgress, itemopsv1alpha1.OperationPhaseCanceled, true},
+			{"", itemopsv1alpha1.OperationPhaseCompleted, true},
+		} {
+			from := changed(func(op *itemopsv1alpha1.ItemOperation) { op.Status.Phase = tc.from })
+			to := changed(func(op *itemopsv1alpha1.ItemOperation) { op.Status.Phase = tc.to })
+			if got := p.Update(event.UpdateEvent{ObjectOld: from, ObjectNew: to}); got != tc.want {
+				t.Errorf("phase %q -> %q: wakes the parent = %v, want %v", tc.from, tc.to, got, tc.want)
+			}
+		}
 		if !p.Create(event.CreateEvent{Object: old}) || !p.Delete(event.DeleteEvent{Object: old}) {
 			t.Error("the creation and the deletion of an operation must wake its parent")
 		}

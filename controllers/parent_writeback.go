@@ -35,7 +35,7 @@ import (
 
 // writeBack uploads the operations file with the status of every
 // ItemOperation. Records with no ItemOperation are kept as Velero wrote them.
-func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []itemopsv1alpha1.ItemOperation) error {
+func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []*itemopsv1alpha1.ItemOperation) error {
 	if r.opts.Store == nil {
 		return nil
 	}
@@ -60,8 +60,8 @@ func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []ite
 // ItemOperation; records with no ItemOperation are kept as Velero wrote them,
 // and operations that are not in the file (created by hand) go last, in
 // record order.
-func mergeRecords[T client.Object](parent T, records []opRecord, ops []itemopsv1alpha1.ItemOperation) []opRecord {
-	byName := map[string]itemopsv1alpha1.ItemOperation{}
+func mergeRecords[T client.Object](parent T, records []opRecord, ops []*itemopsv1alpha1.ItemOperation) []opRecord {
+	byName := map[string]*itemopsv1alpha1.ItemOperation{}
 	for _, op := range ops {
 		byName[op.Name] = op
 	}
@@ -71,25 +71,25 @@ func mergeRecords[T client.Object](parent T, records []opRecord, ops []itemopsv1
 		name := operationName(parent.GetName(), string(parent.GetUID()), rec.Plugin, rec.OperationID)
 		// Every record of a repeated operation gets its status.
 		if op, ok := byName[name]; ok {
-			rec = toRecord(&op)
+			rec = toRecord(op)
 			inFile[name] = true
 		}
 		out = append(out, rec)
 	}
-	rest := make([]itemopsv1alpha1.ItemOperation, 0, len(byName))
+	rest := make([]*itemopsv1alpha1.ItemOperation, 0, len(byName))
 	for name, op := range byName {
 		if !inFile[name] {
 			rest = append(rest, op)
 		}
 	}
-	slices.SortFunc(rest, func(a, b itemopsv1alpha1.ItemOperation) int {
-		if d := recordIndex(&a) - recordIndex(&b); d != 0 {
+	slices.SortFunc(rest, func(a, b *itemopsv1alpha1.ItemOperation) int {
+		if d := recordIndex(a) - recordIndex(b); d != 0 {
 			return d
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	for i := range rest {
-		out = append(out, toRecord(&rest[i]))
+	for _, op := range rest {
+		out = append(out, toRecord(op))
 	}
 	return out
 }
@@ -104,7 +104,7 @@ func (r *parentReconciler[T]) WriteBack(ctx context.Context, key types.Namespace
 	if !rollup.Owned(r.kind.phase(parent)) {
 		return nil
 	}
-	ops, err := listOperations(ctx, r.client, parent.GetNamespace(), parent.GetUID())
+	ops, err := listOperations(ctx, r.client, r.opts.Operations, parent.GetNamespace(), parent.GetUID())
 	if err != nil {
 		return err
 	}

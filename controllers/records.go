@@ -227,10 +227,10 @@ func recordCount(op *itemopsv1alpha1.ItemOperation) int {
 }
 
 // recordCounts is how many records of the operations file ops stand for.
-func recordCounts(ops []itemopsv1alpha1.ItemOperation) int {
+func recordCounts(ops []*itemopsv1alpha1.ItemOperation) int {
 	n := 0
-	for i := range ops {
-		n += recordCount(&ops[i])
+	for _, op := range ops {
+		n += recordCount(op)
 	}
 	return n
 }

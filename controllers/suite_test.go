@@ -29,9 +29,12 @@ import (
 	"go.uber.org/zap/zapcore"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/store"
 	"github.com/itemops/itemops/test/envtest"
@@ -85,17 +88,24 @@ var _ = BeforeSuite(func() {
 	plugins = plugin.NewManager(plugin.Options{Dir: pluginDir, CallTimeout: testCallTimeout, Log: log.WithName("plugins")})
 	plugins.Discover(context.Background())
 
+	// As main.go wires it: parents read their operations from the cache's store.
+	operations := &OperationIndex{}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  env.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache:   cache.Options{NewInformer: operations.NewInformer},
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(SetupIndexes(context.Background(), mgr)).To(Succeed())
 	Expect(mgr.Add(plugins)).To(Succeed())
 	files.locations = &store.Store{Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(),
 		Namespace: envtest.VeleroNamespace, CredentialsDir: filepath.Join(dir, "credentials")}
+	patcher, err := kube.NewPatcher(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetScheme(), mgr.GetRESTMapper(), &itemopsv1alpha1.ItemOperation{})
+	Expect(err).NotTo(HaveOccurred())
 	Expect((&ItemOperationReconciler{
 		Client:                  mgr.GetClient(),
+		Operations:              operations,
+		Patcher:                 patcher,
 		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
 		SnapshotLocations:       files.locations,
@@ -109,9 +119,9 @@ var _ = BeforeSuite(func() {
 	}).SetupWithManager(mgr)).To(Succeed())
 	// The suite runs in manage mode: the parents are moved on too.
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		NewBackupReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4}),
-		NewRestoreReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4}),
-		&VolumeSnapshotReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("itemops"), Store: files, Clock: clock.RealClock{}},
+		NewBackupReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4, Operations: operations}),
+		NewRestoreReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4, Operations: operations}),
+		&VolumeSnapshotReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("itemops"), Store: files, Clock: clock.RealClock{}, Operations: operations},
 	} {
 		Expect(r.SetupWithManager(mgr)).To(Succeed())
 	}

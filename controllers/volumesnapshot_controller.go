@@ -33,8 +33,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
@@ -80,6 +82,9 @@ type VolumeSnapshotReconciler struct {
 	Recorder record.EventRecorder
 	Store    SnapshotStore
 	Clock    clock.Clock
+	// Operations reads a Backup's ItemOperations from the cache's store;
+	// through Client when nil.
+	Operations *OperationIndex
 
 	reported sync.Map // backup namespace/name -> uid and summary last reported, so each is told once
 }
@@ -94,7 +99,8 @@ type reportedSummary struct {
 func (r *VolumeSnapshotReconciler) forget(key types.NamespacedName) { r.reported.Delete(key) }
 
 // SetupWithManager registers the reconciler; a change of a snapshot's
-// ItemOperation wakes its Backup.
+// ItemOperation that its Backup acts on wakes the Backup. The other
+// operations' writes (the progress of every data mover upload) do not.
 func (r *VolumeSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
@@ -102,8 +108,17 @@ func (r *VolumeSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("volumesnapshot").
 		For(&velerov1api.Backup{}).
-		Watches(&itemopsv1alpha1.ItemOperation{}, handler.EnqueueRequestsFromMapFunc(parentRequestForOperation(itemopsv1alpha1.ParentKindBackup))).
+		Watches(&itemopsv1alpha1.ItemOperation{}, handler.EnqueueRequestsFromMapFunc(parentRequestForOperation(itemopsv1alpha1.ParentKindBackup)),
+			builder.WithPredicates(snapshotOperation(), operationChangeMatters())).
 		Complete(quietConflicts{r})
+}
+
+// snapshotOperation passes the events of volume snapshot ItemOperations.
+func snapshotOperation() predicate.Predicate {
+	return predicate.NewPredicateFuncs(func(obj client.Object) bool {
+		op, ok := obj.(*itemopsv1alpha1.ItemOperation)
+		return ok && op.Spec.Plugin.Kind == itemopsv1alpha1.PluginKindVolumeSnapshotter
+	})
 }
 
 // snapshotsWritten reports whether Velero has uploaded a backup's volume
@@ -167,8 +182,8 @@ func snapshotDeadline(backup *velerov1api.Backup) time.Time {
 }
 
 // snapshotOperations returns the VolumeSnapshotter ItemOperations of a backup.
-func (r *VolumeSnapshotReconciler) snapshotOperations(ctx context.Context, backup *velerov1api.Backup) ([]itemopsv1alpha1.ItemOperation, error) {
-	ops, err := listAllOperations(ctx, r.Client, backup.Namespace, backup.UID)
+func (r *VolumeSnapshotReconciler) snapshotOperations(ctx context.Context, backup *velerov1api.Backup) ([]*itemopsv1alpha1.ItemOperation, error) {
+	ops, err := listAllOperations(ctx, r.Client, r.Operations, backup.Namespace, backup.UID)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +198,7 @@ func (r *VolumeSnapshotReconciler) snapshotOperations(ctx context.Context, backu
 
 // ingest creates the ItemOperation of every snapshot Velero took that has
 // none yet, and returns how many taken snapshots cannot have one.
-func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1api.Backup, existing []itemopsv1alpha1.ItemOperation) (int, error) {
+func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1api.Backup, existing []*itemopsv1alpha1.ItemOperation) (int, error) {
 	snapshots, err := r.Store.BackupVolumeSnapshots(ctx, backup)
 	if err != nil {
 		return 0, err
@@ -291,7 +306,7 @@ func newSnapshotOperation(backup *velerov1api.Backup, index int, pluginName stri
 
 // reportDurability tells, once, whether every snapshot of the backup became
 // durable, when the last of them finished.
-func (r *VolumeSnapshotReconciler) reportDurability(backup *velerov1api.Backup, ops []itemopsv1alpha1.ItemOperation, expected int) {
+func (r *VolumeSnapshotReconciler) reportDurability(backup *velerov1api.Backup, ops []*itemopsv1alpha1.ItemOperation, expected int) {
 	if len(ops) == 0 || len(ops) < expected {
 		return
 	}

@@ -61,6 +61,10 @@ func restartBackoff(failures int) time.Duration {
 	return min(d, maxBackoff)
 }
 
+// grpcWindow is the flow-control window of a plugin connection and of
+// each call on it.
+const grpcWindow = 1 << 20
+
 // connPlugin hands out the gRPC connection of a plugin process. Every kind a
 // Velero plugin binary serves shares that one connection, so one dispense is
 // enough, and calls go straight to Velero's generated stubs with a context.
@@ -277,6 +281,13 @@ func (m *Manager) start(path string) (*running, error) {
 		SkipHostEnv:  true,
 		Logger:       m.hclog,
 		StartTimeout: m.opts.CallTimeout,
+		// Fixed flow-control windows: gRPC's dynamic ones ping the plugin
+		// to measure the link as answers arrive, work for both processes
+		// on every few calls. Calls and answers are small (a parent's JSON
+		// at most); a megabyte is far more than all in flight at once.
+		GRPCDialOptions: []grpc.DialOption{
+			grpc.WithStaticStreamWindowSize(grpcWindow), grpc.WithStaticConnWindowSize(grpcWindow),
+		},
 	})
 	m.launches.Add(1)
 	protocol, err := client.Client()
