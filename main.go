@@ -93,9 +93,9 @@ func main() {
 	}
 	cfg.QPS, cfg.Burst = float32(opts.KubeAPIQPS), opts.KubeAPIBurst
 
-	// A parent's operations are read from the cache's store, not copied out
-	// of it on every end of one of them (see controllers.OperationIndex).
-	operations := &controllers.OperationIndex{}
+	// Operations and parents are read from the cache's stores, not copied
+	// out of them on every poll (see controllers.Stores).
+	stores := &controllers.Stores{}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		// Velero's objects and ItemOperations all live in Velero's namespace:
@@ -105,7 +105,7 @@ func main() {
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{opts.VeleroNamespace: {}},
 			DefaultTransform:  cache.TransformStripManagedFields(),
-			NewInformer:       operations.NewInformer,
+			NewInformer:       stores.NewInformer,
 		},
 		// Every read of the namespaced cache asks whether the kind is
 		// namespaced: answered once per kind (docs/controllers.md).
@@ -169,7 +169,7 @@ func main() {
 	}
 	if err := (&controllers.ItemOperationReconciler{
 		Client:                  mgr.GetClient(),
-		Operations:              operations,
+		Stores:                  stores,
 		Patcher:                 patcher,
 		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
@@ -205,7 +205,7 @@ func main() {
 		// progress interval (see docs/controllers.md).
 		CounterInterval:         opts.ProgressUpdateInterval,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
-		Operations:              operations,
+		Stores:                  stores,
 	}
 	backups := controllers.NewBackupReconciler(mgr.GetClient(), recorder, parentOpts)
 	if err := backups.SetupWithManager(mgr); err != nil {
@@ -220,7 +220,7 @@ func main() {
 	// Native volume snapshots are followed in both modes and never move a
 	// Backup's phase: Velero does not wait for them.
 	if err := (&controllers.VolumeSnapshotReconciler{
-		Client: mgr.GetClient(), Recorder: recorder, Store: objectStorage, Clock: clock.RealClock{}, Operations: operations,
+		Client: mgr.GetClient(), Recorder: recorder, Store: objectStorage, Clock: clock.RealClock{}, Stores: stores,
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "setting up the volume snapshot controller")
 		os.Exit(1)

@@ -68,9 +68,10 @@ type ItemOperationReconciler struct {
 	SnapshotLocations SnapshotLocations
 	Recorder          record.EventRecorder
 	Clock             clock.Clock
-	// Operations, when set, reads the operation to reconcile from the
-	// cache's store: one copy of it per reconcile rather than two.
-	Operations *OperationIndex
+	// Stores, when set, reads the operation to reconcile and its parent
+	// from the cache's stores: one copy of the operation per reconcile
+	// rather than two, and none of the parent.
+	Stores *Stores
 	// Patcher, when set, sends the status writes and the releases of
 	// finalizers without decoding the object the API server answers with
 	// (the cache sees it through its watch); through Client when nil.
@@ -316,10 +317,10 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 }
 
 // operation reads the operation to reconcile: a copy to work on, and the
-// copy as read, which must not be changed (through Operations it is the
+// copy as read, which must not be changed (through Stores it is the
 // cache's own object).
 func (r *ItemOperationReconciler) operation(ctx context.Context, key types.NamespacedName) (op, unchanged *itemopsv1alpha1.ItemOperation, err error) {
-	cached, found, usable, err := r.Operations.get(key)
+	cached, found, usable, err := storedObject[*itemopsv1alpha1.ItemOperation](r.Stores, key)
 	switch {
 	case err != nil:
 		return nil, nil, err

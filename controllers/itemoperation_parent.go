@@ -47,18 +47,37 @@ type parentState struct {
 func (r *ItemOperationReconciler) parent(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (*parentState, error) {
 	key := types.NamespacedName{Namespace: op.Namespace, Name: op.Spec.Parent.Name}
 	state := &parentState{}
-	var obj client.Object
-	switch op.Spec.Parent.Kind {
-	case itemopsv1alpha1.ParentKindRestore:
-		state.restore = &velerov1api.Restore{}
-		obj = state.restore
-	default:
+	// A new object for the client to read into; the cache's own is never
+	// written to.
+	fresh := func() client.Object {
+		if op.Spec.Parent.Kind == itemopsv1alpha1.ParentKindRestore {
+			state.restore = &velerov1api.Restore{}
+			return state.restore
+		}
 		state.backup = &velerov1api.Backup{}
-		obj = state.backup
+		return state.backup
 	}
 	// Read only, and passed on to the plugin read only: not copied out of
 	// the cache, which every poll of every operation would otherwise do.
-	found, err := readParent(ctx, r.Client, key, op.Spec.Parent.UID, obj, client.UnsafeDisableDeepCopy)
+	var obj client.Object
+	var found, usable bool
+	var err error
+	if op.Spec.Parent.Kind == itemopsv1alpha1.ParentKindRestore {
+		state.restore, found, usable, err = storedObject[*velerov1api.Restore](r.Stores, key)
+		obj = state.restore
+	} else {
+		state.backup, found, usable, err = storedObject[*velerov1api.Backup](r.Stores, key)
+		obj = state.backup
+	}
+	switch {
+	case err != nil:
+	case usable && found && string(obj.GetUID()) == op.Spec.Parent.UID:
+	case usable:
+		found, obj = false, fresh()
+	default:
+		obj = fresh()
+		found, err = readParent(ctx, r.Client, key, op.Spec.Parent.UID, obj, client.UnsafeDisableDeepCopy)
+	}
 	if err == nil && !found && r.APIReader != nil {
 		// Cancel cannot be undone: before a missing parent cancels the
 		// operation, the API server itself confirms it. The cache may
@@ -109,12 +128,21 @@ func readParent(ctx context.Context, reader client.Reader, key types.NamespacedN
 // deletionRequested reports whether a DeleteBackupRequest made since the
 // backup was created names it.
 func (r *ItemOperationReconciler) deletionRequested(ctx context.Context, backup *velerov1api.Backup) (bool, error) {
-	list := &velerov1api.DeleteBackupRequestList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(backup.Namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return false, fmt.Errorf("listing DeleteBackupRequests: %w", err)
+	requests, usable, err := storedByIndex[*velerov1api.DeleteBackupRequest](r.Stores, storeIndexBackupName, backup.Name)
+	if err != nil {
+		return false, err
 	}
-	for _, dbr := range list.Items {
-		if dbr.Spec.BackupName != backup.Name || dbr.CreationTimestamp.Before(&backup.CreationTimestamp) {
+	if !usable {
+		list := &velerov1api.DeleteBackupRequestList{}
+		if err := r.Client.List(ctx, list, client.InNamespace(backup.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+			return false, fmt.Errorf("listing DeleteBackupRequests: %w", err)
+		}
+		for i := range list.Items {
+			requests = append(requests, &list.Items[i])
+		}
+	}
+	for _, dbr := range requests {
+		if dbr.Namespace != backup.Namespace || dbr.Spec.BackupName != backup.Name || dbr.CreationTimestamp.Before(&backup.CreationTimestamp) {
 			continue
 		}
 		if uid, ok := dbr.Labels[velerov1api.BackupUIDLabel]; ok && uid != string(backup.UID) {

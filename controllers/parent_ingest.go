@@ -54,7 +54,7 @@ type known struct {
 // than Velero attempted, reads the operations file and creates the missing
 // ones. A parent whose operations are all known costs no object storage request.
 func (r *parentReconciler[T]) knownOperations(ctx context.Context, parent T, old parentCounters) (known, error) {
-	ops, err := listOperations(ctx, r.client, r.opts.Operations, parent.GetNamespace(), parent.GetUID())
+	ops, err := listOperations(ctx, r.client, r.opts.Stores, parent.GetNamespace(), parent.GetUID())
 	if err != nil {
 		return known{}, err
 	}

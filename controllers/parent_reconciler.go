@@ -102,9 +102,9 @@ type ParentOptions struct {
 	// CounterInterval is the least time between two patches of a parent
 	// that only move its completed count; zero patches every change.
 	CounterInterval time.Duration
-	// Operations reads a parent's ItemOperations from the cache's store;
+	// Stores reads a parent's ItemOperations from the cache's store;
 	// through the client when nil.
-	Operations *OperationIndex
+	Stores *Stores
 	// MaxConcurrentReconciles bounds parents reconciled at once (one when
 	// zero). A parent's reconcile may wait on object storage or create a
 	// hundred ItemOperations; one worker would make every other parent,
@@ -120,8 +120,8 @@ type parentCounters struct {
 // listOperations returns the item-action ItemOperations of the parent with
 // this UID: those Velero waits for. Volume snapshot operations are not
 // among them (see VolumeSnapshotReconciler).
-func listOperations(ctx context.Context, c client.Client, index *OperationIndex, namespace string, uid types.UID) ([]*itemopsv1alpha1.ItemOperation, error) {
-	ops, err := listAllOperations(ctx, c, index, namespace, uid)
+func listOperations(ctx context.Context, c client.Client, stores *Stores, namespace string, uid types.UID) ([]*itemopsv1alpha1.ItemOperation, error) {
+	ops, err := listAllOperations(ctx, c, stores, namespace, uid)
 	if err != nil {
 		return nil, err
 	}
@@ -131,15 +131,15 @@ func listOperations(ctx context.Context, c client.Client, index *OperationIndex,
 }
 
 // listAllOperations returns every ItemOperation of the parent with this UID,
-// from the cache's store through index when it can, else through the cache's
+// from the cache's store through stores when it can, else through the cache's
 // index by parent UID (a label selector would make the cache look at every
 // ItemOperation of the namespace on every call).
 //
 // The operations are shared with the cache and must only be read: a parent
 // is listed on every end of one of its operations, and copying its hundred
 // operations each time was a fifth of the CPU at 10,000.
-func listAllOperations(ctx context.Context, c client.Client, index *OperationIndex, namespace string, uid types.UID) ([]*itemopsv1alpha1.ItemOperation, error) {
-	ops, ok, err := index.ofParent(uid)
+func listAllOperations(ctx context.Context, c client.Client, stores *Stores, namespace string, uid types.UID) ([]*itemopsv1alpha1.ItemOperation, error) {
+	ops, ok, err := storedByIndex[*itemopsv1alpha1.ItemOperation](stores, storeIndexParentUID, string(uid))
 	if err != nil {
 		return nil, err
 	}

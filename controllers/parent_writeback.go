@@ -104,7 +104,7 @@ func (r *parentReconciler[T]) WriteBack(ctx context.Context, key types.Namespace
 	if !rollup.Owned(r.kind.phase(parent)) {
 		return nil
 	}
-	ops, err := listOperations(ctx, r.client, r.opts.Operations, parent.GetNamespace(), parent.GetUID())
+	ops, err := listOperations(ctx, r.client, r.opts.Stores, parent.GetNamespace(), parent.GetUID())
 	if err != nil {
 		return err
 	}

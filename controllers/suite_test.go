@@ -89,11 +89,11 @@ var _ = BeforeSuite(func() {
 	plugins.Discover(context.Background())
 
 	// As main.go wires it: parents read their operations from the cache's store.
-	operations := &OperationIndex{}
+	stores := &Stores{}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  env.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   cache.Options{NewInformer: operations.NewInformer},
+		Cache:   cache.Options{NewInformer: stores.NewInformer},
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(SetupIndexes(context.Background(), mgr)).To(Succeed())
@@ -104,7 +104,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	Expect((&ItemOperationReconciler{
 		Client:                  mgr.GetClient(),
-		Operations:              operations,
+		Stores:                  stores,
 		Patcher:                 patcher,
 		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
@@ -119,9 +119,9 @@ var _ = BeforeSuite(func() {
 	}).SetupWithManager(mgr)).To(Succeed())
 	// The suite runs in manage mode: the parents are moved on too.
 	for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
-		NewBackupReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4, Operations: operations}),
-		NewRestoreReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4, Operations: operations}),
-		&VolumeSnapshotReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("itemops"), Store: files, Clock: clock.RealClock{}, Operations: operations},
+		NewBackupReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4, Stores: stores}),
+		NewRestoreReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4, Stores: stores}),
+		&VolumeSnapshotReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("itemops"), Store: files, Clock: clock.RealClock{}, Stores: stores},
 	} {
 		Expect(r.SetupWithManager(mgr)).To(Succeed())
 	}

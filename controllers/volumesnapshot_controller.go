@@ -82,9 +82,9 @@ type VolumeSnapshotReconciler struct {
 	Recorder record.EventRecorder
 	Store    SnapshotStore
 	Clock    clock.Clock
-	// Operations reads a Backup's ItemOperations from the cache's store;
+	// Stores reads a Backup's ItemOperations from the cache's store;
 	// through Client when nil.
-	Operations *OperationIndex
+	Stores *Stores
 
 	reported sync.Map // backup namespace/name -> uid and summary last reported, so each is told once
 }
@@ -183,7 +183,7 @@ func snapshotDeadline(backup *velerov1api.Backup) time.Time {
 
 // snapshotOperations returns the VolumeSnapshotter ItemOperations of a backup.
 func (r *VolumeSnapshotReconciler) snapshotOperations(ctx context.Context, backup *velerov1api.Backup) ([]*itemopsv1alpha1.ItemOperation, error) {
-	ops, err := listAllOperations(ctx, r.Client, r.Operations, backup.Namespace, backup.UID)
+	ops, err := listAllOperations(ctx, r.Client, r.Stores, backup.Namespace, backup.UID)
 	if err != nil {
 		return nil, err
 	}

@@ -38,9 +38,9 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 )
 
-// An informer of ItemOperations made through OperationIndex.NewInformer,
+// An informer of ItemOperations made through Stores.NewInformer,
 // fed from a list and a watch the spec controls.
-func indexedInformer(index *OperationIndex, listed ...itemopsv1alpha1.ItemOperation) (toolscache.SharedIndexInformer, *watch.FakeWatcher, chan struct{}) {
+func indexedInformer(stores *Stores, listed ...itemopsv1alpha1.ItemOperation) (toolscache.SharedIndexInformer, *watch.FakeWatcher, chan struct{}) {
 	events := watch.NewFake()
 	release := make(chan struct{})
 	lw := &toolscache.ListWatch{
@@ -50,7 +50,7 @@ func indexedInformer(index *OperationIndex, listed ...itemopsv1alpha1.ItemOperat
 		},
 		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return events, nil },
 	}
-	return index.NewInformer(lw, &itemopsv1alpha1.ItemOperation{}, 0, toolscache.Indexers{}), events, release
+	return stores.NewInformer(lw, &itemopsv1alpha1.ItemOperation{}, 0, toolscache.Indexers{}), events, release
 }
 
 func operationOf(name, parentUID string, kind itemopsv1alpha1.PluginKind) itemopsv1alpha1.ItemOperation {
@@ -72,42 +72,42 @@ func names(ops []*itemopsv1alpha1.ItemOperation) []string {
 	return out
 }
 
-var _ = Describe("Reading a parent's operations from the cache's store", Label("unit"), func() {
+var _ = Describe("Reading from the cache's stores", Label("unit"), func() {
 	It("answers from the synced informer's index, with the store's own objects", func(ctx context.Context) {
-		index := &OperationIndex{}
-		informer, events, release := indexedInformer(index,
+		stores := &Stores{}
+		informer, events, release := indexedInformer(stores,
 			operationOf("a1", "uid-a", itemopsv1alpha1.PluginKindBackupItemAction),
 			operationOf("a2", "uid-a", itemopsv1alpha1.PluginKindVolumeSnapshotter),
 			operationOf("b1", "uid-b", itemopsv1alpha1.PluginKindBackupItemAction))
 		// Informers of other kinds are made as before and not read.
-		other := index.NewInformer(&toolscache.ListWatch{}, &corev1.ConfigMap{}, 0, toolscache.Indexers{})
-		Expect(other.GetIndexer().GetIndexers()).NotTo(HaveKey(parentIndex))
+		other := stores.NewInformer(&toolscache.ListWatch{}, &corev1.ConfigMap{}, 0, toolscache.Indexers{})
+		Expect(other.GetIndexer().GetIndexers()).To(BeEmpty())
 
 		runCtx, stop := context.WithCancel(ctx)
 		DeferCleanup(stop)
 		go informer.RunWithContext(runCtx)
 
-		_, ok, err := index.ofParent("uid-a")
+		_, ok, err := storedByIndex[*itemopsv1alpha1.ItemOperation](stores, storeIndexParentUID, "uid-a")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ok).To(BeFalse(), "an informer that has not synced is not read")
-		_, _, usable, err := index.get(types.NamespacedName{Namespace: "velero", Name: "a1"})
+		_, _, usable, err := storedObject[*itemopsv1alpha1.ItemOperation](stores, types.NamespacedName{Namespace: "velero", Name: "a1"})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(usable).To(BeFalse(), "an informer that has not synced is not read")
 
 		close(release)
 		Eventually(informer.HasSynced).Should(BeTrue())
-		ops, ok, err := index.ofParent("uid-a")
+		ops, ok, err := storedByIndex[*itemopsv1alpha1.ItemOperation](stores, storeIndexParentUID, "uid-a")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ok).To(BeTrue())
 		Expect(names(ops)).To(Equal([]string{"a1", "a2"}))
 		stored, _, err := informer.GetIndexer().GetByKey("velero/a1")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(slices.Contains(ops, stored.(*itemopsv1alpha1.ItemOperation))).To(BeTrue(), "the store's object, not a copy")
-		got, found, usable, err := index.get(types.NamespacedName{Namespace: "velero", Name: "a1"})
+		got, found, usable, err := storedObject[*itemopsv1alpha1.ItemOperation](stores, types.NamespacedName{Namespace: "velero", Name: "a1"})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(found && usable).To(BeTrue())
 		Expect(got).To(BeIdenticalTo(stored.(*itemopsv1alpha1.ItemOperation)))
-		_, found, usable, err = index.get(types.NamespacedName{Namespace: "velero", Name: "gone"})
+		_, found, usable, err = storedObject[*itemopsv1alpha1.ItemOperation](stores, types.NamespacedName{Namespace: "velero", Name: "gone"})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(usable && !found).To(BeTrue(), "a synced store answers that it has no such operation")
 
@@ -116,17 +116,17 @@ var _ = Describe("Reading a parent's operations from the cache's store", Label("
 		added.ResourceVersion = "2"
 		events.Add(&added)
 		Eventually(func() []string {
-			ops, _, _ := index.ofParent("uid-a")
+			ops, _, _ := storedByIndex[*itemopsv1alpha1.ItemOperation](stores, storeIndexParentUID, "uid-a")
 			return names(ops)
 		}).Should(Equal([]string{"a1", "a2", "a3"}))
 
 		// listOperations leaves out the volume snapshots, listAllOperations
 		// and the namespace filter keep to what was asked.
 		c := fake.NewClientBuilder().WithScheme(unitScheme(GinkgoTB())).Build()
-		items, err := listOperations(ctx, c, index, "velero", "uid-a")
+		items, err := listOperations(ctx, c, stores, "velero", "uid-a")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(names(items)).To(Equal([]string{"a1", "a3"}))
-		items, err = listAllOperations(ctx, c, index, "elsewhere", "uid-a")
+		items, err = listAllOperations(ctx, c, stores, "elsewhere", "uid-a")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(items).To(BeEmpty())
 	})
