@@ -18,16 +18,19 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -249,14 +252,11 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 		return nil
 	}
 	op.Status.LastPolled = &metav1.Time{Time: now}
-	patch := client.MergeFrom(original)
-	if original.Status.Phase != op.Status.Phase {
-		// A phase change is written only over the status it was decided
-		// from: a reconcile of a stale cached copy (one that has not seen
-		// the operation finish yet) must not finish it a second time, with
-		// a second Event and a second count in the metrics.
-		patch = client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
-	}
+	// A phase change is written only over the status it was decided from:
+	// a reconcile of a stale cached copy (one that has not seen the
+	// operation finish yet) must not finish it a second time, with a second
+	// Event and a second count in the metrics.
+	patch := statusPatch{original: original, lock: original.Status.Phase != op.Status.Phase}
 	if err := r.patch(ctx, op, patch, true); err != nil {
 		if apierrors.IsConflict(err) {
 			ctrl.LoggerFrom(ctx).V(1).Info("status changed meanwhile; the newer copy is reconciled next")
@@ -281,6 +281,54 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 		r.Recorder.Event(op, corev1.EventTypeWarning, c.Reason, c.Message)
 	}
 	return nil
+}
+
+// statusPatch is the merge patch from original's status to an
+// ItemOperation's: what client.MergeFrom would send to the status
+// subresource, found by encoding and comparing the two statuses alone rather
+// than the whole objects (that was a twentieth of itemops' CPU at 10,000
+// operations). With lock, it carries original's resourceVersion, so that the
+// API server refuses it when the operation changed meanwhile.
+type statusPatch struct {
+	original *itemopsv1alpha1.ItemOperation
+	lock     bool
+}
+
+var _ client.Patch = statusPatch{}
+
+// Type implements client.Patch.
+func (p statusPatch) Type() types.PatchType { return types.MergePatchType }
+
+// Data implements client.Patch.
+func (p statusPatch) Data(obj client.Object) ([]byte, error) {
+	op, ok := obj.(*itemopsv1alpha1.ItemOperation)
+	if !ok {
+		return nil, fmt.Errorf("a status patch of an ItemOperation, not of %T", obj)
+	}
+	before, err := json.Marshal(&p.original.Status)
+	if err != nil {
+		return nil, err
+	}
+	after, err := json.Marshal(&op.Status)
+	if err != nil {
+		return nil, err
+	}
+	status, err := jsonpatch.CreateMergePatch(before, after)
+	if err != nil {
+		return nil, err
+	}
+	body := struct {
+		Metadata *patchMetadata  `json:"metadata,omitempty"`
+		Status   json.RawMessage `json:"status"`
+	}{Status: status}
+	if p.lock {
+		body.Metadata = &patchMetadata{ResourceVersion: p.original.ResourceVersion}
+	}
+	return json.Marshal(body)
+}
+
+type patchMetadata struct {
+	ResourceVersion string `json:"resourceVersion"`
 }
 
 // phaseEvent reports the ends that need a person: a failure or a cancel.

@@ -36,9 +36,13 @@ func DeferValues(log logr.Logger) logr.Logger {
 	return logr.New(&deferredSink{sink: sink})
 }
 
-// deferredSink hands its pending values to sink with each line.
+// deferredSink hands its pending values to sink with each line. Each
+// WithValues keeps only its own pairs and points to the sink it was made
+// from: a reconcile's logger is derived three or four times over, and
+// copying every pair at every step was a twentieth of itemops' allocations.
 type deferredSink struct {
 	sink   logr.LogSink
+	parent *deferredSink
 	values []any
 }
 
@@ -63,15 +67,19 @@ func (s *deferredSink) Error(err error, msg string, keysAndValues ...any) {
 	s.sink.Error(err, msg, s.with(keysAndValues)...)
 }
 
-// WithValues implements logr.LogSink; the pairs are copied, so loggers
-// derived from one parent never share them.
+// WithValues implements logr.LogSink; the pairs are copied, so the caller
+// may reuse its slice, and loggers derived from one parent share only the
+// parent's pairs, which never change.
 func (s *deferredSink) WithValues(keysAndValues ...any) logr.LogSink {
-	return &deferredSink{sink: s.sink, values: slices.Concat(s.values, keysAndValues)}
+	if len(keysAndValues) == 0 {
+		return s
+	}
+	return &deferredSink{sink: s.sink, parent: s, values: slices.Clone(keysAndValues)}
 }
 
 // WithName implements logr.LogSink.
 func (s *deferredSink) WithName(name string) logr.LogSink {
-	return &deferredSink{sink: s.sink.WithName(name), values: s.values}
+	return &deferredSink{sink: s.sink.WithName(name), parent: s.parent, values: s.values}
 }
 
 // WithCallDepth implements logr.CallDepthLogSink.
@@ -80,12 +88,22 @@ func (s *deferredSink) WithCallDepth(depth int) logr.LogSink {
 	if !ok {
 		return s
 	}
-	return &deferredSink{sink: sink.WithCallDepth(depth), values: s.values}
+	return &deferredSink{sink: sink.WithCallDepth(depth), parent: s.parent, values: s.values}
 }
 
+// with is every pending pair, the oldest first, and then keysAndValues.
 func (s *deferredSink) with(keysAndValues []any) []any {
-	if len(s.values) == 0 {
+	if s.parent == nil && len(s.values) == 0 {
 		return keysAndValues
 	}
-	return slices.Concat(s.values, keysAndValues)
+	n := len(keysAndValues)
+	for d := s; d != nil; d = d.parent {
+		n += len(d.values)
+	}
+	out := make([]any, n)
+	end := n - copy(out[n-len(keysAndValues):], keysAndValues)
+	for d := s; d != nil; d = d.parent {
+		end -= copy(out[end-len(d.values):end], d.values)
+	}
+	return out
 }
