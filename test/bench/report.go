@@ -452,6 +452,15 @@ func writeQueues(md *strings.Builder, results []*result) {
 	}
 }
 
+// pollCost is the microseconds of CPU per Progress call of a part that kept
+// cores busy while every operation of r ran.
+func pollCost(cores float64, r *result) float64 {
+	if r.callsPerSecond <= 0 {
+		return 0
+	}
+	return 1e6 * cores / r.callsPerSecond
+}
+
 // writeCost adds what one replica spends against the number of operations,
 // from the runs of regular polling, when there are two sizes or more.
 func writeCost(md *strings.Builder, results []*result) {
@@ -465,11 +474,13 @@ func writeCost(md *strings.Builder, results []*result) {
 		return
 	}
 	md.WriteString("\n## Cost against size\n\nRegular polling. The API server and etcd share the two cores: a size whose calls made fall short of those needed is the size where they, itemops and the plugin together run out of CPU.\n\n")
-	md.WriteString("| operations | Progress calls/s made / needed | cores busy while every operation ran | itemops CPU per call | plugin CPU per call | API server and etcd CPU per call | itemops peak RSS (per operation) | API writes / operation |\n|---|---|---|---|---|---|---|---|\n")
+	md.WriteString("Per call over the run: each process's CPU from itemops' start to its stop, over the Progress calls made; itemops' includes what each operation costs besides its polls (its end's status write, the release of its finalizer, its parent's rollup and the watch events of all of them). While every operation ran: the cores busy then, over the calls a second made then, the cost of a poll alone.\n\n")
+	md.WriteString("| operations | Progress calls/s made / needed | cores busy while every operation ran | itemops CPU per call: over the run / while every operation ran | plugin CPU per call: over the run / while every operation ran | API server and etcd CPU per call / per operation | itemops peak RSS (per operation) | API writes / operation |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range runs {
 		calls := max(float64(r.calls), 1)
-		fmt.Fprintf(md, "| %d | %.0f / %.0f | %s | %.2f ms | %.2f ms | %.2f ms | %s (%.1f KiB) | %.2f |\n", r.cfg.ops, r.callsPerSecond, float64(r.cfg.ops)/r.cfg.sync.Seconds(),
-			r.busy, 1000*r.cpuSeconds/calls, 1000*r.pluginCPU/calls, 1000*r.controlPlane/calls, mib(r.peakRSS), float64(r.peakRSS)/1024/float64(r.cfg.ops), r.writesPerOp+1)
+		fmt.Fprintf(md, "| %d | %.0f / %.0f | %s | %.2f ms / %.0f µs | %.2f ms / %.0f µs | %.2f ms / %.1f ms | %s (%.1f KiB) | %.2f |\n", r.cfg.ops, r.callsPerSecond, float64(r.cfg.ops)/r.cfg.sync.Seconds(),
+			r.busy, 1000*r.cpuSeconds/calls, pollCost(r.busy.itemops, r), 1000*r.pluginCPU/calls, pollCost(r.busy.plugin, r),
+			1000*r.controlPlane/calls, 1000*r.controlPlane/float64(r.cfg.ops), mib(r.peakRSS), float64(r.peakRSS)/1024/float64(r.cfg.ops), r.writesPerOp+1)
 	}
 	md.WriteString("\n![cost against size](cost-against-size.png)\n")
 }

@@ -124,6 +124,7 @@ func targets(results []*result, restarts []*restartResult, sides []*sideRun) []t
 			met: extra <= 0.20, by: fmt.Sprintf("%.0f points more", 100*(extra-0.20)),
 		})
 	}
+	out = append(out, costTargets(regular)...)
 	for _, r := range restarts {
 		_, p99, maximum := percentiles(r.repoll)
 		t := atMost(fmt.Sprintf("%d operations: after a kill -9 with all in flight, every operation polled again", r.cfg.ops), maximum, restartTarget,
@@ -179,6 +180,49 @@ func targets(results []*result, restarts []*restartResult, sides []*sideRun) []t
 // dataMoverTargets holds the runs of Velero's data mover to the same
 // detection targets: p99 ≤ interval + 1 s with either polling, and with
 // ETA-aware polling p50 ≤ 25% of the interval for at most 20% more calls.
+// Sizes at which itemops' CPU per Progress call must not exceed the
+// plugin's: the client half of a call against the whole server half.
+var costSizes = []int{10000, 100000}
+
+// minCallsAt100k is the Progress calls a second one replica must make at
+// 100,000 operations on two cores, where every one of them once per sync
+// interval (10,000 a second) does not fit beside the plugin and the API
+// server.
+const minCallsAt100k = 6000
+
+// costTargets are the targets of what a poll costs, from the runs of
+// regular polling by size.
+func costTargets(regular map[int]*result) []target {
+	var out []target
+	for _, size := range costSizes {
+		r := regular[size]
+		if r == nil || r.pluginCPU <= 0 {
+			continue
+		}
+		ratio := r.cpuSeconds / r.pluginCPU
+		calls := max(float64(r.calls), 1)
+		steady := ""
+		if plugin := pollCost(r.busy.plugin, r); plugin > 0 {
+			steady = fmt.Sprintf("; while every operation ran %.0f µs against %.0f µs, %.2f×", pollCost(r.busy.itemops, r), plugin,
+				pollCost(r.busy.itemops, r)/plugin)
+		}
+		out = append(out, target{
+			name: fmt.Sprintf("%d operations, regular polling: itemops CPU per Progress call, against the plugin's", size),
+			want: "≤ 1.0×",
+			got:  fmt.Sprintf("%.2f× (over the run %.2f ms against %.2f ms%s)", ratio, 1000*r.cpuSeconds/calls, 1000*r.pluginCPU/calls, steady),
+			met:  ratio <= 1.0, by: fmt.Sprintf("%.2f× more", ratio-1.0),
+		})
+	}
+	if r := regular[100000]; r != nil {
+		out = append(out, target{
+			name: "100000 operations, regular polling: Progress calls per second one replica makes on two cores",
+			want: fmt.Sprintf("≥ %d", minCallsAt100k), got: fmt.Sprintf("%.0f", r.callsPerSecond),
+			met: r.callsPerSecond >= minCallsAt100k, by: fmt.Sprintf("%.0f short", minCallsAt100k-r.callsPerSecond),
+		})
+	}
+	return out
+}
+
 func dataMoverTargets(movers []*dataMoverResult) []target {
 	var out []target
 	var regular *dataMoverResult

@@ -171,3 +171,35 @@ func TestSideBySideRowsNeedEveryBackupEnded(t *testing.T) {
 		}
 	}
 }
+
+func TestCostTargetsComparePollsWithThePlugins(t *testing.T) {
+	cfg := config{ops: 10000, parents: 100, sync: 10 * time.Second, update: 30 * time.Second, polling: regularPolling,
+		minDuration: 20 * time.Second, maxDuration: 80 * time.Second}
+	// 100,000 calls: itemops 40 s against the plugin's 20 s over the run;
+	// while every operation ran, 2,000 calls a second on 0.30 and 0.24 cores.
+	ten := &result{cfg: cfg, calls: 100000, callsPerSecond: 2000, busy: cores{itemops: 0.30, plugin: 0.24},
+		analysis: analysis{cpuSeconds: 40, pluginCPU: 20, writes: map[string]float64{}}}
+	bigCfg := cfg
+	bigCfg.ops = 100000
+	big := &result{cfg: bigCfg, calls: 1000000, callsPerSecond: 5500, analysis: analysis{cpuSeconds: 150, pluginCPU: 200, writes: map[string]float64{}}}
+	var md strings.Builder
+	writeTargets(&md, targets([]*result{ten, big}, nil, nil), nil)
+	for _, want := range []string{
+		"| 10000 operations, regular polling: itemops CPU per Progress call, against the plugin's | ≤ 1.0× | " +
+			"2.00× (over the run 0.40 ms against 0.20 ms; while every operation ran 150 µs against 120 µs, 1.25×) | **no**: 1.00× more |",
+		"| 100000 operations, regular polling: itemops CPU per Progress call, against the plugin's | ≤ 1.0× | 0.75× (over the run 0.15 ms against 0.20 ms) | yes |",
+		"| 100000 operations, regular polling: Progress calls per second one replica makes on two cores | ≥ 6000 | 5500 | **no**: 500 short |",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("targets lack %q:\n%s", want, md.String())
+		}
+	}
+	var cost strings.Builder
+	writeCost(&cost, []*result{ten, big})
+	if want := "| 10000 | 2000 / 1000 | itemops 0.30, plugin 0.24, API server and etcd 0.00: 0.54 of"; !strings.Contains(cost.String(), want) {
+		t.Errorf("the cost table lacks %q:\n%s", want, cost.String())
+	}
+	if want := "| 0.40 ms / 150 µs | 0.20 ms / 120 µs | 0.00 ms / 0.0 ms |"; !strings.Contains(cost.String(), want) {
+		t.Errorf("the cost table lacks %q:\n%s", want, cost.String())
+	}
+}
