@@ -108,6 +108,7 @@ func main() {
 			if *profiled {
 				cfg.profileDir = filepath.Join(*out, "profiles")
 			}
+			cfg.logDir = *out
 			fmt.Fprintf(os.Stderr, "bench: %d operations over %d Backups, sync %s, %s polling\n", n, backups, *sync, v)
 			r, err := run(context.Background(), root, cfg)
 			if err != nil {

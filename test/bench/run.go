@@ -63,6 +63,9 @@ type config struct {
 	// profileDir, when set, receives CPU and allocation profiles of itemops
 	// over the run's polling (-profile).
 	profileDir string
+	// logDir, when set, keeps itemops' log of a run whose plugin was
+	// launched more than discovery and one long-lived process need.
+	logDir string
 }
 
 const datamover = "itemops.io/sample-datamover"
@@ -206,7 +209,7 @@ func (h *harness) startItemops(cfg config, extra ...string) (*itemops, error) {
 	args := []string{"--kubeconfig=" + h.kubeconfig, "--mode=manage", "--velero-namespace=" + envtest.VeleroNamespace,
 		"--plugin-dir=" + h.pluginDir, "--sync-frequency=" + cfg.sync.String(), "--progress-update-interval=" + cfg.update.String(),
 		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probes,
-		"--credentials-dir=" + filepath.Join(h.work, "credentials"), "--zap-log-level=error"}
+		"--credentials-dir=" + filepath.Join(h.work, "credentials"), "--zap-log-level=info"}
 	var pprofAddr string
 	if cfg.profileDir != "" {
 		if pprofAddr, err = freeAddress(); err != nil {
@@ -345,6 +348,14 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 	launches, err := countLines(h.launchLog)
 	if err != nil {
 		return nil, err
+	}
+	if launches > 2 && cfg.logDir != "" {
+		// Why: a restart of the plugin, or discovery asking it again.
+		kept := filepath.Join(cfg.logDir, "itemops-"+cfg.profileName()+".log")
+		if err := copyFile(filepath.Join(h.work, "itemops.log"), kept); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "bench: %d plugin launches; itemops' log is kept in %s\n", launches, kept)
 	}
 	return analyse(cfg, t0, ops, backups, finalized.times(), polls, samples, analysis{
 		writes:        writes,
@@ -667,3 +678,15 @@ func countLines(path string) (int, error) {
 }
 
 func freeAddress() (string, error) { return s3.FreeAddress() }
+
+// copyFile copies the file at from to to, making to's directory.
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o644)
+}
