@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -584,6 +585,48 @@ var _ = Describe("The plugin manager", func() {
 		g.Expect(failures).To(BeEmpty())
 		g.Expect(m.Launches()).To(Equal(launches), "every call went through the one process")
 		g.Expect(m.pids()).To(HaveLen(1))
+	})
+
+	It("a new process gets its first calls at once without racing in Velero's plugin server", func() {
+		// Velero's plugin server creates a plugin's handler on the first
+		// call naming it and keeps it in a map it does not lock: concurrent
+		// first calls each create one and write the map at once, which the
+		// Go runtime answers by killing the process. Creating a handler
+		// takes a while here, as for a plugin that builds its clients first.
+		t := GinkgoTB()
+		g := NewWithT(t)
+		handlerLog := filepath.Join(t.TempDir(), "handlers")
+		t.Setenv(sim.EnvHandlerLog, handlerLog)
+		t.Setenv(sim.EnvHandlerDelay, "200ms")
+		m, logs := newManager(t, pluginDir(t, "sample"), 30*time.Second)
+
+		const callers = 20
+		errs := make([]error, callers)
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = m.Progress(context.Background(), upload(fmt.Sprintf("never-started-%d", i)))
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			g.Expect(err).To(HaveOccurred(), "no such operation")
+			g.Expect(errors.Is(err, ErrTransport)).To(BeFalse(), "the plugin answered: %v", err)
+		}
+		g.Expect(m.Restarts()).To(BeZero(), logs.String())
+		pids := m.pids()
+		g.Expect(pids).To(HaveLen(1))
+		created, err := os.ReadFile(handlerLog)
+		g.Expect(err).NotTo(HaveOccurred())
+		var pid int
+		for _, p := range pids {
+			pid = p
+		}
+		g.Expect(strings.Split(strings.TrimSpace(string(created)), "\n")).To(ConsistOf(
+			fmt.Sprintf("%d %s", pid, datamover), fmt.Sprintf("%d %s", pid, restorer)),
+			"each action's handler created once, the one the calls did not name too")
 	})
 
 	It("close kills every plugin process", func() {

@@ -34,6 +34,8 @@ import (
 
 	"github.com/vmware-tanzu/velero/pkg/plugin/framework"
 	"github.com/vmware-tanzu/velero/pkg/plugin/framework/common"
+	protobiav2 "github.com/vmware-tanzu/velero/pkg/plugin/generated/backupitemaction/v2"
+	protoriav2 "github.com/vmware-tanzu/velero/pkg/plugin/generated/restoreitemaction/v2"
 )
 
 // errClosed is returned once the Manager has been closed.
@@ -207,6 +209,9 @@ func (p *process) launchOrJoin() (*launch, error) {
 
 func (p *process) run(l *launch) {
 	r, err := p.m.start(p.path)
+	if err == nil {
+		p.m.createHandlers(p.path, r.conn)
+	}
 	p.mu.Lock()
 	p.launching = nil
 	if err == nil && p.closed {
@@ -223,6 +228,45 @@ func (p *process) run(l *launch) {
 	l.r, l.err = r, err
 	p.mu.Unlock()
 	close(l.done)
+}
+
+// createHandlers makes a new process create the handler of every
+// BackupItemAction v2 and RestoreItemAction v2 it serves, one at a time,
+// before any other call reaches it. Velero's plugin server creates a
+// plugin's handler on the first call naming it and keeps it in a map it
+// does not lock (common.ServerMux.GetHandler): the first calls of itemops'
+// workers, made at once to a new process, would write that map at once,
+// and the Go runtime kills the process ("concurrent map writes"). Velero
+// never calls a new process concurrently; like it, this asks each action's
+// AppliesTo, which has no effect but creating the handler. What goes wrong
+// here (an initializer's error, a process that died) the operations' own
+// calls report.
+func (m *Manager) createHandlers(path string, conn *grpc.ClientConn) {
+	// Callers wait for the start with their own call timeout: leave them half.
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.CallTimeout/2)
+	defer cancel()
+	for _, id := range m.registry.Load().servedBy(path) {
+		var err error
+		switch id.Kind {
+		case common.PluginKindBackupItemActionV2:
+			_, err = protobiav2.NewBackupItemActionClient(conn).AppliesTo(ctx,
+				&protobiav2.BackupItemActionAppliesToRequest{Plugin: id.Name})
+		case common.PluginKindRestoreItemActionV2:
+			_, err = protoriav2.NewRestoreItemActionClient(conn).AppliesTo(ctx,
+				&protoriav2.RestoreItemActionAppliesToRequest{Plugin: id.Name})
+		default:
+			continue // no call or a locked server (itemops' VolumeSnapshotter v2)
+		}
+		if ctx.Err() != nil {
+			m.log.Error(ctx.Err(), "plugin process did not create its handlers in time; the first calls create the rest",
+				"binary", path, "plugin", id.String())
+			return
+		}
+		if err != nil {
+			m.log.V(1).Info("plugin's AppliesTo failed while creating its handler", "binary", path,
+				"plugin", id.String(), "error", err.Error())
+		}
+	}
 }
 
 // close kills the process, if any, and refuses new starts.

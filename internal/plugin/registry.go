@@ -133,6 +133,11 @@ func (r *Registry) IDs() []ID {
 	return ids
 }
 
+// servedBy returns, sorted, the plugins the binary at path serves.
+func (r *Registry) servedBy(path string) []ID {
+	return slices.DeleteFunc(r.IDs(), func(id ID) bool { return r.commands[id] != path })
+}
+
 // OperationPlugins returns, sorted, every plugin discovered that can start
 // operations an ItemOperation follows: BackupItemActions and
 // RestoreItemActions of version 2, and VolumeSnapshotters.

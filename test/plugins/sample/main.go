@@ -51,15 +51,15 @@ func main() {
 	framework.NewServer().
 		BindFlags(pflag.CommandLine).
 		RegisterBackupItemActionV2(DatamoverName, func(log logrus.FieldLogger) (any, error) {
-			store, err := sim.NewStore()
+			store, err := sim.NewHandlerStore(DatamoverName)
 			return &datamover{log: log, store: store}, err
 		}).
 		RegisterRestoreItemActionV2(RestorerName, func(log logrus.FieldLogger) (any, error) {
-			store, err := sim.NewStore()
+			store, err := sim.NewHandlerStore(RestorerName)
 			return &restorer{log: log, store: store}, err
 		}).
 		RegisterVolumeSnapshotterV2(SnapshotterName, func(log logrus.FieldLogger) (any, error) {
-			store, err := sim.NewStore()
+			store, err := sim.NewHandlerStore(SnapshotterName)
 			return &snapshotter{log: log, store: store}, err
 		}).
 		Serve()

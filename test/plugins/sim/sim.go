@@ -95,6 +95,13 @@ const (
 	// EnvArgsLog names a file that gets one JSON Launch per start of the
 	// plugin process: what it was started with.
 	EnvArgsLog = "ITEMOPS_SAMPLE_ARGS_LOG"
+	// EnvHandlerLog names a file that gets one line "<pid> <plugin name>"
+	// each time the plugin process creates a plugin's handler, which Velero's
+	// plugin server does on the first call naming it.
+	EnvHandlerLog = "ITEMOPS_SAMPLE_HANDLER_LOG"
+	// EnvHandlerDelay (a Go duration) is how long creating a handler takes,
+	// as for a plugin that builds its clients first; none when unset.
+	EnvHandlerDelay = "ITEMOPS_SAMPLE_HANDLER_DELAY"
 
 	// FaultFile, in the state directory, makes every Progress call of every
 	// operation misbehave while it exists: "error" answers with an error,
@@ -205,6 +212,26 @@ func NewStore() (*Store, error) {
 		s.polls = f
 	}
 	return s, nil
+}
+
+// NewHandlerStore is NewStore for the handler of the plugin name: it takes
+// EnvHandlerDelay and records the handler's creation when EnvHandlerLog
+// asks for it.
+func NewHandlerStore(name string) (*Store, error) {
+	if d, err := time.ParseDuration(os.Getenv(EnvHandlerDelay)); err == nil {
+		time.Sleep(d)
+	}
+	if path := os.Getenv(EnvHandlerLog); path != "" {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("opening the handler log: %w", err)
+		}
+		fmt.Fprintf(f, "%d %s\n", os.Getpid(), name)
+		if err := f.Close(); err != nil {
+			return nil, fmt.Errorf("writing the handler log: %w", err)
+		}
+	}
+	return NewStore()
 }
 
 // Launch is what a plugin process was started with.
