@@ -237,8 +237,8 @@ func (p *process) run(l *launch) {
 // does not lock (common.ServerMux.GetHandler): the first calls of itemops'
 // workers, made at once to a new process, would write that map at once,
 // and the Go runtime kills the process ("concurrent map writes"). Velero
-// never calls a new process concurrently; like it, this asks each action's
-// AppliesTo, which has no effect but creating the handler. What goes wrong
+// asks every action's AppliesTo, one at a time, before its other calls;
+// so does this, to no effect but creating the handler. What goes wrong
 // here (an initializer's error, a process that died) the operations' own
 // calls report.
 func (m *Manager) createHandlers(path string, conn *grpc.ClientConn) {
