@@ -146,8 +146,10 @@ func (r *ItemOperationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("itemoperation").
 		// Its own status writes do not wake an operation: it is polled on
 		// its schedule, not once more after every write.
+		// Velero's record of its end, copied by the parent reconciler,
+		// does.
 		For(&itemopsv1alpha1.ItemOperation{}, builder.WithPredicates(predicate.Or[client.Object](
-			predicate.GenerationChangedPredicate{}, deletionStarted()))).
+			predicate.GenerationChangedPredicate{}, deletionStarted(), recordChanged()))).
 		Watches(&velerov1api.Backup{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent), builder.WithPredicates(parentChangeMatters())).
 		Watches(&velerov1api.Restore{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent), builder.WithPredicates(parentChangeMatters())).
 		Watches(&velerov1api.DeleteBackupRequest{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfDeletedBackup)).
@@ -245,6 +247,9 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			r.initialize(op, now)
 			return r.writeEnd(ctx, original, op, now)
 		}
+	}
+	if rec, ok := veleroVerdict(op); ok {
+		return r.followVelero(ctx, unchanged, op, rec, r.Clock.Now())
 	}
 	if op.Status.Phase.IsTerminal() {
 		r.polled.Delete(req.NamespacedName)

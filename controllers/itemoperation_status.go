@@ -266,13 +266,17 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 	}
 	if original.Status.Phase != op.Status.Phase {
 		r.phaseEvent(op)
-		if op.Status.Phase.IsTerminal() && !finishedBeforeIngestion(op) {
+		if op.Status.Phase.IsTerminal() && !(original.Status.Created == nil && finishedBeforeIngestion(op)) {
 			metrics.OperationFinished(op)
 		}
 	}
 	if changedTo(original, op, itemopsv1alpha1.ConditionStalled, metav1.ConditionTrue) {
 		c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionStalled)
 		r.Recorder.Event(op, corev1.EventTypeWarning, "Stalled", c.Message)
+	}
+	if changedTo(original, op, itemopsv1alpha1.ConditionDiffersFromVelero, metav1.ConditionTrue) {
+		c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionDiffersFromVelero)
+		r.Recorder.Event(op, corev1.EventTypeWarning, itemopsv1alpha1.ConditionDiffersFromVelero, c.Message)
 	}
 	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil &&
 		(c.Reason == itemopsv1alpha1.ReasonPluginNotFound || c.Reason == itemopsv1alpha1.ReasonSnapshotLocationUnavailable ||

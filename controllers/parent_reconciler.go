@@ -275,6 +275,9 @@ type parentReconciler[T client.Object] struct {
 	// a reconcile of the stale copy would write the operations file again
 	// only to fail on the optimistic lock.
 	moved map[types.UID]bool
+	// verdicts is each parent as it was when its file was last read for
+	// the ends Velero recorded, by UID (see followVerdicts).
+	verdicts map[types.UID]verdictState
 }
 
 // SetupWithManager registers the reconciler; a change of an operation that
@@ -298,7 +301,20 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	phase := r.kind.phase(parent)
 	if !rollup.Owned(phase) {
 		r.forget(parent, phase)
-		return ctrl.Result{}, nil
+		if r.opts.Manage || !postOperations(phase) {
+			r.verdictsRead(parent, nil)
+			return ctrl.Result{}, nil
+		}
+		// Velero is done with the operations and uploaded its final
+		// records: the ItemOperations follow them.
+		ops, err := listOperations(ctx, r.client, r.opts.Stores, parent.GetNamespace(), parent.GetUID())
+		if err != nil || len(ops) == 0 {
+			// None: a parent itemops never followed (one that ended
+			// before it was installed, say) has nothing to show.
+			return ctrl.Result{}, err
+		}
+		_, err = r.followVerdicts(ctx, parent, phase, r.kind.counters(parent), ops, rollup.Counts{})
+		return ctrl.Result{}, err
 	}
 	if r.wasMoved(parent) {
 		return ctrl.Result{}, nil
@@ -327,6 +343,18 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 			return ctrl.Result{}, r.giveUp(ctx, parent, phase, readErr)
 		}
 	}
+	if readErr == nil {
+		// Ends Velero recorded (observe mode; in manage mode, before
+		// itemops took over) that the ItemOperations do not show yet.
+		copied, err := r.followVerdicts(ctx, parent, phase, old, ops, extra)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if copied > 0 && r.opts.Manage {
+			// Counted once they show them: each of their ends wakes the parent.
+			return ctrl.Result{}, nil
+		}
+	}
 	if !r.opts.Manage {
 		return ctrl.Result{}, retryable(readErr)
 	}
@@ -351,15 +379,17 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 			return ctrl.Result{RequeueAfter: wait}, retryable(readErr)
 		}
 	}
-	if next == rollup.Finalizing || next == rollup.FinalizingPartiallyFailed {
-		// Velero's finalizer reads the file: it must hold what itemops saw.
-		if err := r.writeBack(ctx, parent, ops); err != nil {
-			r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
-			if errors.Is(err, store.ErrReadOnly) || r.mustGiveUp(parent, err) {
-				return ctrl.Result{}, r.giveUp(ctx, parent, phase, err)
-			}
-			return ctrl.Result{}, err
+	// The file is written before the counters, so that it always holds
+	// every end they count: Velero's finalizer reads it, and so does
+	// Velero's own operations controller when itemops is removed or goes
+	// back to observe mode, which would otherwise poll an operation that
+	// itemops counted failed again and count its error a second time.
+	if err := r.writeBack(ctx, parent, ops, !rollup.Owned(next)); err != nil {
+		r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
+		if errors.Is(err, store.ErrReadOnly) || r.mustGiveUp(parent, err) {
+			return ctrl.Result{}, r.giveUp(ctx, parent, phase, err)
 		}
+		return ctrl.Result{}, err
 	}
 	// Velero's Backup and Restore have no status subresource; the optimistic
 	// lock makes sure nothing Velero wrote meanwhile is overwritten.

@@ -33,9 +33,16 @@ import (
 	"github.com/itemops/itemops/internal/store"
 )
 
+// errNothingToWrite: no record of the file has an ItemOperation; the file
+// is left as it is.
+var errNothingToWrite = errors.New("no record of the operations file has an ItemOperation")
+
 // writeBack uploads the operations file with the status of every
 // ItemOperation. Records with no ItemOperation are kept as Velero wrote them.
-func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []*itemopsv1alpha1.ItemOperation) error {
+// Operations that are not in the file are added only when final: before
+// the end, while some Velero attempted may still be missing, an added
+// record would be read back as one more operation.
+func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []*itemopsv1alpha1.ItemOperation, final bool) error {
 	if r.opts.Store == nil {
 		return nil
 	}
@@ -45,10 +52,19 @@ func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []*it
 		if err != nil && !errors.Is(err, store.ErrMalformed) {
 			return nil, err
 		}
-		out := mergeRecords(parent, records, ops)
+		if !final && err != nil {
+			return nil, errNothingToWrite
+		}
+		out, matched := mergeRecords(parent, records, ops, final)
+		if !final && matched == 0 {
+			return nil, errNothingToWrite
+		}
 		written = len(out)
 		return out, nil
 	})
+	if errors.Is(err, errNothingToWrite) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -58,14 +74,14 @@ func (r *parentReconciler[T]) writeBack(ctx context.Context, parent T, ops []*it
 
 // mergeRecords gives each record of the file the status of its
 // ItemOperation; records with no ItemOperation are kept as Velero wrote them,
-// and operations that are not in the file (created by hand) go last, in
-// record order.
-func mergeRecords[T client.Object](parent T, records []opRecord, ops []*itemopsv1alpha1.ItemOperation) []opRecord {
+// and, with rest, operations that are not in the file (created by hand) go
+// last, in record order. matched is how many records got a status.
+func mergeRecords[T client.Object](parent T, records []opRecord, ops []*itemopsv1alpha1.ItemOperation, rest bool) (out []opRecord, matched int) {
 	byName := map[string]*itemopsv1alpha1.ItemOperation{}
 	for _, op := range ops {
 		byName[op.Name] = op
 	}
-	out := make([]opRecord, 0, max(len(records), len(ops)))
+	out = make([]opRecord, 0, max(len(records), len(ops)))
 	inFile := map[string]bool{}
 	for _, rec := range records {
 		name := operationName(parent.GetName(), string(parent.GetUID()), rec.Plugin, rec.OperationID)
@@ -73,25 +89,29 @@ func mergeRecords[T client.Object](parent T, records []opRecord, ops []*itemopsv
 		if op, ok := byName[name]; ok {
 			rec = toRecord(op)
 			inFile[name] = true
+			matched++
 		}
 		out = append(out, rec)
 	}
-	rest := make([]*itemopsv1alpha1.ItemOperation, 0, len(byName))
+	if !rest {
+		return out, matched
+	}
+	others := make([]*itemopsv1alpha1.ItemOperation, 0, len(byName))
 	for name, op := range byName {
 		if !inFile[name] {
-			rest = append(rest, op)
+			others = append(others, op)
 		}
 	}
-	slices.SortFunc(rest, func(a, b *itemopsv1alpha1.ItemOperation) int {
+	slices.SortFunc(others, func(a, b *itemopsv1alpha1.ItemOperation) int {
 		if d := recordIndex(a) - recordIndex(b); d != 0 {
 			return d
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	for _, op := range rest {
+	for _, op := range others {
 		out = append(out, toRecord(op))
 	}
-	return out
+	return out, matched
 }
 
 // WriteBack uploads the current state of the named parent's operations, if
@@ -108,7 +128,7 @@ func (r *parentReconciler[T]) WriteBack(ctx context.Context, key types.Namespace
 	if err != nil {
 		return err
 	}
-	if err := r.writeBack(ctx, parent, ops); err != nil {
+	if err := r.writeBack(ctx, parent, ops, true); err != nil {
 		return fmt.Errorf("writing back the operations of %s %s: %w", r.kind.kind, key.Name, err)
 	}
 	return nil

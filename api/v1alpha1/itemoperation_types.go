@@ -42,7 +42,9 @@ const (
 	// Velero polls each record, so the operation counts once per record.
 	AnnotationRecords = "itemops.io/records"
 	// AnnotationRecordStatus is the status Velero recorded for the operation
-	// when it was read from the operations file; the status starts from it.
+	// in its operations file: when it was read first, from which the status
+	// starts, and later the end Velero recorded, which the status then
+	// follows (Velero's verdict).
 	AnnotationRecordStatus = "itemops.io/record-status"
 )
 
@@ -118,6 +120,10 @@ const (
 	ConditionStalled = "Stalled"
 	// ConditionCanceled records that Cancel was requested and what the plugin answered.
 	ConditionCanceled = "Canceled"
+	// ConditionDiffersFromVelero is True when Velero recorded another end
+	// of the operation than itemops' own Progress calls saw. The phase,
+	// error and counts are Velero's; the message says what itemops saw.
+	ConditionDiffersFromVelero = "DiffersFromVelero"
 )
 
 // Condition reasons.
@@ -156,6 +162,16 @@ const (
 	ReasonNoProgress = "NoProgress"
 	// ReasonAdvancing: progress advanced within the stall period.
 	ReasonAdvancing = "Advancing"
+	// ReasonVeleroRecorded: Velero recorded the operation's end in its
+	// operations file, and the status shows Velero's record.
+	ReasonVeleroRecorded = "VeleroRecorded"
+	// ReasonPolledCompleted, ReasonPolledFailed, ReasonPolledCanceled and
+	// ReasonPolledInProgress are the reasons of DiffersFromVelero: what
+	// itemops' own Progress calls saw.
+	ReasonPolledCompleted  = "PolledCompleted"
+	ReasonPolledFailed     = "PolledFailed"
+	ReasonPolledCanceled   = "PolledCanceled"
+	ReasonPolledInProgress = "PolledInProgress"
 )
 
 // Finalizer makes sure an unfinished operation is cancelled through its
@@ -349,7 +365,7 @@ type ItemOperationStatus struct {
 	// +optional
 	Progress string `json:"progress,omitempty"`
 
-	// Conditions are Progressing, Stalled and Canceled.
+	// Conditions are Progressing, Stalled, Canceled and DiffersFromVelero.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -188,6 +188,8 @@ type workload struct {
 	// deleted: Backups deleted during the run, and when.
 	deleted   map[string]bool
 	deletedAt map[string]time.Time
+	// quietCancels: operation IDs asked to cancel outside any fault, and when.
+	quietCancels map[string]time.Time
 }
 
 func (l *workload) count() int {
@@ -208,7 +210,7 @@ func newWorkload(t testing.TB, env *envtest.Environment, bucketDir string, cfg c
 		t.Fatal(err)
 	}
 	l := &workload{records: map[string][]*itemoperation.BackupOperation{}, cancelled: map[string]time.Time{},
-		deleted: map[string]bool{}, deletedAt: map[string]time.Time{}}
+		deleted: map[string]bool{}, deletedAt: map[string]time.Time{}, quietCancels: map[string]time.Time{}}
 	const size = 100 << 20
 	for i := range cfg.backups {
 		name := fmt.Sprintf("chaos-%03d", i)

@@ -24,9 +24,13 @@ limitations under the License.
 // started again; and while operations are cancelled and a Backup deleted.
 //
 // At the end it checks, and prints as figures: no operation lost or
-// duplicated, none in a wrong terminal phase, no parent phase regression
-// (every transition is watched), Cancel called for every operation that had
-// to be cancelled and for none already finished, the operations files
+// duplicated, none in a wrong terminal phase (Canceled exactly when the
+// plugin recorded a Cancel before its own end: Cancel is best effort, and
+// an end seen before any Cancel reached the plugin is the truth), no parent
+// phase regression (every transition is watched), Cancel called for every
+// operation that had to be cancelled and for none already finished, the
+// time from spec.cancel to the plugin's Cancel (bounded for the cancels
+// asked in a quiet window, outside any fault), the operations files
 // written back, no plugin process left after shutdown, and no Secret in
 // any log.
 //

@@ -47,19 +47,23 @@ const (
 	faultAPIServerDown   = "the kube-apiserver stopped, started again 1–3 s later"
 	eventCancelRequested = "operations asked to cancel (spec.cancel)"
 	eventBackupDeleted   = "a Backup deleted while its operations run"
+	eventQuietCancels    = "operations asked to cancel outside any fault (a quiet window with a leader)"
 )
 
 var faultOrder = []string{faultReplicaKilled, faultLeaderKilled, faultKilledMidWrites, faultPluginsKilled, faultPluginErrors, faultPluginHangs,
-	faultAPIServerDown, eventCancelRequested, eventBackupDeleted}
+	faultAPIServerDown, eventCancelRequested, eventBackupDeleted, eventQuietCancels}
 
 // inject runs faults one after another, every 1–3 s, for cfg.duration, in
 // an order drawn from rng; a third of the way in it asks some operations to
-// cancel, and half way it deletes a Backup. It returns how often each happened.
+// cancel, half way it deletes a Backup, and at three fifths it holds the
+// faults for a quiet window in which it asks a few more operations to
+// cancel and waits for their Cancel to reach the plugin (the window is
+// added to the duration). It returns how often each happened.
 func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, env *envtest.Environment, cl *replicas.Cluster, load *workload, w *watcher) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
 	end := time.Now().Add(cfg.duration)
-	cancelAt, deleteAt := time.Now().Add(cfg.duration/3), time.Now().Add(cfg.duration/2)
+	cancelAt, deleteAt, quietAt := time.Now().Add(cfg.duration/3), time.Now().Add(cfg.duration/2), time.Now().Add(cfg.duration*3/5)
 	faults := faultOrder[:7]
 	restartLater := func(i int) {
 		pause(ctx, rng, 500*time.Millisecond, 2*time.Second)
@@ -76,6 +80,12 @@ func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, env *
 			deleteBackup(ctx, t, env, load)
 			counts[eventBackupDeleted]++
 			deleteAt = time.Time{}
+		}
+		if !quietAt.IsZero() && time.Now().After(quietAt) {
+			began := time.Now()
+			counts[eventQuietCancels] += quietCancels(ctx, t, env, cl, load, rng)
+			end = end.Add(time.Since(began))
+			quietAt = time.Time{}
 		}
 		fault := faults[rng.IntN(len(faults))]
 		switch fault {
@@ -174,6 +184,52 @@ func requestCancels(ctx context.Context, t testing.TB, env *envtest.Environment,
 		n++
 	}
 	return n
+}
+
+// quietCancels waits, with no fault injected, for a leader and then for
+// it to have settled in (its caches, its plugin processes), asks about a
+// tenth of the unfinished operations (at least one) to cancel, and waits
+// until the Cancel of each has reached the plugin or the operation has
+// ended, at most quietCancelBound and a little more. It returns how many
+// it asked.
+func quietCancels(ctx context.Context, t testing.TB, env *envtest.Environment, cl *replicas.Cluster, load *workload, rng *rand.Rand) int {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); cl.Leader() < 0 && time.Now().Before(deadline); {
+		pause(ctx, rng, 100*time.Millisecond, 200*time.Millisecond)
+	}
+	pause(ctx, rng, 5*time.Second, 6*time.Second)
+	ops := &itemopsv1alpha1.ItemOperationList{}
+	if err := retrying(ctx, func() error { return env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace)) }); err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	for i, op := range ops.Items {
+		if op.Status.Phase.IsTerminal() || op.Spec.Cancel || len(asked) > 0 && rng.IntN(10) != 0 {
+			continue
+		}
+		patch := client.MergeFrom(op.DeepCopy())
+		ops.Items[i].Spec.Cancel = true
+		load.cancelled[op.Spec.OperationID] = time.Now()
+		load.quietCancels[op.Spec.OperationID] = load.cancelled[op.Spec.OperationID]
+		if err := retrying(ctx, func() error { return client.IgnoreNotFound(env.Client.Patch(ctx, &ops.Items[i], patch)) }); err != nil {
+			t.Fatal(err)
+		}
+		asked = append(asked, op.Spec.OperationID)
+	}
+	store, err := sim.NewStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(quietCancelBound+2*time.Second, func() bool {
+		for _, id := range asked {
+			st, err := store.Load(id)
+			if err == nil && st.Canceled == nil && time.Now().Before(st.CompletesAt()) {
+				return false
+			}
+		}
+		return true
+	})
+	return len(asked)
 }
 
 // deleteBackup deletes the last Backup, as `kubectl delete backup` would.

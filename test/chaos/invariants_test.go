@@ -136,7 +136,11 @@ func (w *watcher) loop(ctx context.Context, list client.ObjectList, seen func(cl
 
 // invariants are what the run is checked against at the end.
 type invariants struct {
-	lost, duplicated, wrongPhase, regressions, missingCancels, cancelsOfFinished, notWrittenBack int
+	lost, duplicated, wrongPhase, regressions, missingCancels, cancelsOfFinished, notWrittenBack, slowCancels int
+	// cancelDelays: from spec.cancel (or the Backup's deletion) to the
+	// Cancel the plugin recorded, for every operation it reached;
+	// quietDelays: those of the cancels asked outside any fault.
+	cancelDelays, quietDelays []time.Duration
 	// cancelledTwice: operations whose Cancel came more than once (a
 	// replica killed between Cancel and its status write): allowed, Cancel
 	// is idempotent, but counted.
@@ -225,22 +229,40 @@ func check(ctx context.Context, t testing.TB, env *envtest.Environment, bucketDi
 			if st.FailAt >= 0 {
 				natural = itemopsv1alpha1.OperationPhaseFailed
 			}
-			// Asked to cancel (or its parent deleted) at stop: Canceled,
-			// unless the plugin finished it before that moment.
+			// Asked to cancel (or its parent deleted) at stop. Cancel is
+			// best effort: the plugin's own record of when Cancel reached
+			// it decides. Before the operation's own end: Canceled. After
+			// it (itemops had not seen the end yet): either. Never: the
+			// natural end, which itemops saw before it could cancel.
 			stop, stopped := load.cancelled[id]
 			if at, ok := load.deletedAt[b.Name]; ok && (!stopped || at.Before(stop)) {
 				stop, stopped = at, true
 			}
 			want := []itemopsv1alpha1.OperationPhase{natural}
-			if stopped {
+			switch {
+			case st.Canceled != nil && st.Canceled.Before(st.CompletesAt()):
 				want = []itemopsv1alpha1.OperationPhase{itemopsv1alpha1.OperationPhaseCanceled}
-				if st.CompletesAt().Before(stop) {
-					want = append(want, natural)
-				}
+			case st.Canceled != nil:
+				want = append(want, itemopsv1alpha1.OperationPhaseCanceled)
 			}
 			if !phaseIn(op.Status.Phase, want) {
-				inv.fail(&inv.wrongPhase, "operation %s of Backup %s ended %s, want %v (plugin-side end %s, stop %v)",
-					id, b.Name, op.Status.Phase, want, st.CompletesAt().Format(time.StampMilli), stop.Format(time.StampMilli))
+				inv.fail(&inv.wrongPhase, "operation %s of Backup %s ended %s, want %v (plugin-side end %s, Cancel reached the plugin %s, stop %v)",
+					id, b.Name, op.Status.Phase, want, st.CompletesAt().Format(time.StampMilli), stamp(st.Canceled), stop.Format(time.StampMilli))
+			}
+			if stopped && st.Canceled != nil {
+				delay := st.Canceled.Sub(stop)
+				inv.cancelDelays = append(inv.cancelDelays, delay)
+				if at, quiet := load.quietCancels[id]; quiet && at.Equal(stop) {
+					inv.quietDelays = append(inv.quietDelays, delay)
+					if delay > quietCancelBound {
+						inv.fail(&inv.slowCancels, "operation %s: spec.cancel, set outside any fault, reached the plugin after %s (bound %s)",
+							id, delay.Round(time.Millisecond), quietCancelBound)
+					}
+				}
+			}
+			if at, quiet := load.quietCancels[id]; quiet && st.Canceled == nil && st.CompletesAt().After(at.Add(quietCancelBound)) {
+				inv.fail(&inv.slowCancels, "operation %s: spec.cancel, set outside any fault at %s, never reached the plugin before its end at %s",
+					id, at.Format(time.StampMilli), st.CompletesAt().Format(time.StampMilli))
 			}
 			if op.Status.Phase != itemopsv1alpha1.OperationPhaseCompleted {
 				failed = true
@@ -292,6 +314,30 @@ func check(ctx context.Context, t testing.TB, env *envtest.Environment, bucketDi
 		}
 	}
 	return inv
+}
+
+// quietCancelBound is how long spec.cancel, set while nothing fails, may
+// take to reach the plugin: a watch event, a reconcile that reads the
+// operation from the API server, and the Cancel call, on a loaded machine.
+const quietCancelBound = 15 * time.Second
+
+// stamp is a time for the report, or "never".
+func stamp(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return t.Format(time.StampMilli)
+}
+
+// spread is the median and the largest of delays, for the report.
+func spread(delays []time.Duration) string {
+	if len(delays) == 0 {
+		return "none"
+	}
+	sorted := append([]time.Duration(nil), delays...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	return fmt.Sprintf("%d, median %s, longest %s", len(sorted), sorted[len(sorted)/2].Round(time.Millisecond),
+		sorted[len(sorted)-1].Round(time.Millisecond))
 }
 
 func phaseIn(p itemopsv1alpha1.OperationPhase, in []itemopsv1alpha1.OperationPhase) bool {
@@ -373,6 +419,7 @@ func (r result) markdown() string {
 		{"operations Canceled without a Cancel call", inv.missingCancels},
 		{"Cancel calls for an operation already finished, or not asked to stop", inv.cancelsOfFinished},
 		{"operations files not written back with every end", inv.notWrittenBack},
+		{fmt.Sprintf("spec.cancel set outside any fault that did not reach the plugin within %s", quietCancelBound), inv.slowCancels},
 		{"plugin processes left after shutdown", len(inv.leftPlugins)},
 		{"logs holding the S3 secret key (every replica at debug level)", len(inv.secretInLogs)},
 		{"Events holding the S3 secret key", inv.secretInEvents},
@@ -382,6 +429,8 @@ func (r result) markdown() string {
 	}
 	b.WriteString("\n## Figures\n\n")
 	fmt.Fprintf(&b, "- operations cancelled twice (a replica killed between Cancel and its status write; Cancel is idempotent): %d\n", inv.cancelledTwice)
+	fmt.Fprintf(&b, "- spec.cancel (or the Backup's deletion) to the Cancel the plugin recorded, every operation it reached: %s\n", spread(inv.cancelDelays))
+	fmt.Fprintf(&b, "- the same, asked outside any fault (a quiet window with a leader): %s\n", spread(inv.quietDelays))
 	fmt.Fprintf(&b, "- watches of the checker re-established (kube-apiserver restarts): %d\n", inv.reconnects)
 	fmt.Fprintf(&b, "- replicas that exited on their own (a Lease lost while the kube-apiserver was down) and were started again: %d\n", inv.selfExits)
 	fmt.Fprintf(&b, "- goroutines of each replica at the end, idle: %s\n", strings.Join(inv.goroutines, ", "))

@@ -26,6 +26,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,6 +74,9 @@ type item struct {
 	pvc         bool
 	size, speed string
 	failAt      int
+	// crashUnder makes the plugin process that this program (velero)
+	// started exit during its first Progress call after the end.
+	crashUnder string
 }
 
 // appNamespace creates a namespace holding the items.
@@ -86,6 +91,9 @@ func appNamespace(ctx context.Context, name string, items ...item) {
 		annotations := map[string]string{sim.AnnotationSize: it.size, sim.AnnotationSpeed: it.speed}
 		if it.failAt > 0 {
 			annotations[sim.AnnotationFailAt] = fmt.Sprint(it.failAt)
+		}
+		if it.crashUnder != "" {
+			annotations[sim.AnnotationCrashOnceUnder] = it.crashUnder
 		}
 		Expect(s.Client.Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: it.name, Namespace: name, Labels: map[string]string{sim.LabelSelect: "yes"}, Annotations: annotations},
@@ -175,6 +183,63 @@ func cancelled(g Gomega, ops map[string]itemopsv1alpha1.ItemOperation) []string 
 		}
 	}
 	return out
+}
+
+// counters are a Backup's operation counters and errors: attempted,
+// completed, failed, errors.
+func counters(g Gomega, name string) []int {
+	st := getBackup(g, name).Status
+	return []int{st.BackupItemOperationsAttempted, st.BackupItemOperationsCompleted, st.BackupItemOperationsFailed, st.Errors}
+}
+
+// describedPhases counts the operation phases `velero <kind> describe
+// --details` prints for a parent.
+func describedPhases(ctx context.Context, kind, name string) map[string]int {
+	out := run(ctx, fmt.Sprintf("velero %s describe %s --details", kind, name))
+	phases := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+Phase:\s+(\w+)\s*$`).FindAllStringSubmatch(out, -1) {
+		phases[m[1]]++
+	}
+	return phases
+}
+
+// inFlight starts a Backup of a new namespace with one sample operation
+// that fails at once and one that runs for a minute, and waits until the
+// failure is counted (by whoever follows the operations now): a Backup
+// waiting for its operations, one failure counted, at a switch.
+func inFlight(ctx context.Context, namespace, backup string) {
+	GinkgoHelper()
+	appNamespace(ctx, namespace,
+		item{name: "a-fails", size: "1Gi", speed: "64Mi", failAt: 10},
+		item{name: "b-runs", size: "4Gi", speed: "64Mi"},
+	)
+	run(ctx, fmt.Sprintf("velero backup create %s --include-namespaces %s", backup, namespace))
+	Eventually(func(g Gomega) []int { return counters(g, backup) }).WithContext(ctx).WithTimeout(2*time.Minute).
+		Should(Equal([]int{2, 0, 1, 1}), "the failure counted, the other operation running")
+	Expect(backupPhase(backup)(Default)).To(Equal(velerov1api.BackupPhaseWaitingForPluginOperationsPartiallyFailed))
+}
+
+// endsCountedOnce waits for a Backup made by inFlight to end and checks
+// that its failure was counted once, everywhere: counters, errors, the
+// ItemOperations and Velero's own describe --details.
+func endsCountedOnce(ctx context.Context, backup string) {
+	GinkgoHelper()
+	Eventually(backupPhase(backup)).WithContext(ctx).WithTimeout(4 * time.Minute).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
+	Expect(counters(Default, backup)).To(Equal([]int{2, 1, 1, 1}), "attempted, completed, failed, errors")
+	Eventually(func(g Gomega) map[string]string { return summary(operationsOf(g, "Backup", backup)) }).
+		WithContext(ctx).WithTimeout(time.Minute).Should(Equal(map[string]string{
+		"a-fails": sampleDatamover + " Failed",
+		"b-runs":  sampleDatamover + " Completed",
+	}))
+	Expect(describedPhases(ctx, "backup", backup)).To(Equal(map[string]int{"Failed": 1, "Completed": 1}))
+	Expect(cancelled(Default, operationsOf(Default, "Backup", backup))).To(BeEmpty())
+}
+
+// veleroControllers reports whether Velero runs its own operations controllers.
+func veleroControllers(g Gomega) bool {
+	velero := &appsv1.Deployment{}
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "velero"}, velero)).To(Succeed())
+	return !slices.Contains(velero.Spec.Template.Spec.Containers[0].Args, "--disable-controllers=backup-operations,restore-operations")
 }
 
 // managers returns itemops' pods.
@@ -312,7 +377,37 @@ var _ = Describe("itemops installed by the README beside velero install", Ordere
 		Expect(watchExit(ctx, "backup", "observed")).To(Equal(1), "the exit code of a PartiallyFailed backup")
 	})
 
-	It("moves to manage mode with two replicas by the README's commands", func(ctx SpecContext) {
+	It("observe mode: a plugin process that exits during Velero's Progress ends the ItemOperation as Velero recorded it", func(ctx SpecContext) {
+		appNamespace(ctx, "ledger", item{name: "entries", size: "1Gi", speed: "64Mi", crashUnder: "velero"})
+		run(ctx, "velero backup create verdict --include-namespaces ledger")
+		Eventually(backupPhase("verdict")).WithContext(ctx).WithTimeout(3 * time.Minute).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
+		Expect(counters(Default, "verdict")).To(Equal([]int{1, 0, 1, 1}), "Velero's verdict: attempted, completed, failed, errors")
+		Expect(describedPhases(ctx, "backup", "verdict")).To(Equal(map[string]int{"Failed": 1}))
+		var op itemopsv1alpha1.ItemOperation
+		Eventually(func(g Gomega) {
+			op = operationsOf(g, "Backup", "verdict")["entries"]
+			g.Expect(op.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseFailed))
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+		differs := apimeta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionDiffersFromVelero)
+		Expect(differs).NotTo(BeNil(), "conditions %+v", op.Status.Conditions)
+		Expect(differs.Reason).To(Equal(itemopsv1alpha1.ReasonPolledCompleted))
+		Expect(differs.Message).To(MatchRegexp(`^Velero recorded Failed \(.+\); (a retry of Progress answered|itemops' own Progress calls saw it) Completed`))
+		Expect(op.Status.Error).NotTo(BeEmpty())
+		Expect(differs.Message).To(ContainSubstring(op.Status.Error))
+		events := &corev1.EventList{}
+		Expect(s.Client.List(ctx, events, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+		var reasons []string
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == op.Name && e.Type == corev1.EventTypeWarning {
+				reasons = append(reasons, e.Reason)
+			}
+		}
+		Expect(reasons).To(ContainElement(itemopsv1alpha1.ConditionDiffersFromVelero))
+		Expect(watchExit(ctx, "backup", "verdict")).To(Equal(1), "kubectl itemops shows Velero's verdict")
+	})
+
+	It("moves to manage mode with two replicas by the README's commands, a Backup counted by Velero in flight", func(ctx SpecContext) {
+		inFlight(ctx, "switch-1", "to-manage")
 		Expect(s.RunREADME(ctx, "manage")).To(Succeed())
 		Expect(s.WaitAvailable(ctx, stack.VeleroNamespace, "velero", 3*time.Minute)).To(Succeed())
 		velero := &appsv1.Deployment{}
@@ -326,6 +421,8 @@ var _ = Describe("itemops installed by the README beside velero install", Ordere
 			g.Expect(l).NotTo(BeEmpty(), "the Lease has a holder")
 			g.Expect(readyManagers(g)).To(HaveKey(l), "the holder is one of the Ready pods")
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+		By("the Backup Velero had counted a failure of ends with it counted once")
+		endsCountedOnce(ctx, "to-manage")
 	})
 
 	It("manage mode: a Backup ends right after its leader pod is force-deleted mid-flight", func(ctx SpecContext) {
@@ -404,6 +501,55 @@ var _ = Describe("itemops installed by the README beside velero install", Ordere
 			Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound), "restored PVC %s", name)
 		}
 		Expect(watchExit(ctx, "restore", "restored")).To(Equal(1), "the exit code of a PartiallyFailed restore")
+	})
+
+	It("manage -> observe by docs/velero.md's commands, a Backup counted by itemops in flight", func(ctx SpecContext) {
+		inFlight(ctx, "switch-2", "to-observe")
+		Expect(s.RunDoc(ctx, "docs/velero.md", "to-observe")).To(Succeed())
+		Expect(veleroControllers(Default)).To(BeTrue())
+		Eventually(readyManagers).WithContext(ctx).WithTimeout(2 * time.Minute).Should(HaveLen(1))
+		endsCountedOnce(ctx, "to-observe")
+	})
+
+	It("observe -> manage by docs/velero.md's commands, a Backup counted by Velero in flight", func(ctx SpecContext) {
+		inFlight(ctx, "switch-3", "to-manage-again")
+		Expect(s.RunDoc(ctx, "docs/velero.md", "to-manage")).To(Succeed())
+		Expect(s.WaitAvailable(ctx, stack.VeleroNamespace, "velero", 3*time.Minute)).To(Succeed())
+		Expect(veleroControllers(Default)).To(BeFalse())
+		endsCountedOnce(ctx, "to-manage-again")
+	})
+
+	It("manage -> Velero alone by docs/velero.md's commands, a Backup and a Restore counted by itemops in flight", func(ctx SpecContext) {
+		run(ctx, "velero restore create rolled-back --from-backup observed --namespace-mappings shop:shop-rolled-back")
+		var restoreErrors int
+		Eventually(func(g Gomega) int {
+			r := &velerov1api.Restore{}
+			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "rolled-back"}, r)).To(Succeed())
+			restoreErrors = r.Status.Errors
+			return r.Status.RestoreItemOperationsFailed
+		}).WithContext(ctx).WithTimeout(3*time.Minute).Should(Equal(1), "itemops counted the failed download")
+		inFlight(ctx, "switch-4", "to-velero")
+		Expect(s.RunDoc(ctx, "docs/velero.md", "to-velero")).To(Succeed())
+		Expect(managers(Default)).To(BeEmpty())
+		Expect(veleroControllers(Default)).To(BeTrue())
+		endsCountedOnce(ctx, "to-velero")
+		restore := &velerov1api.Restore{}
+		Eventually(func(g Gomega) velerov1api.RestorePhase {
+			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "rolled-back"}, restore)).To(Succeed())
+			return restore.Status.Phase
+		}).WithContext(ctx).WithTimeout(4 * time.Minute).Should(Equal(velerov1api.RestorePhasePartiallyFailed))
+		Expect([]int{restore.Status.RestoreItemOperationsAttempted, restore.Status.RestoreItemOperationsCompleted,
+			restore.Status.RestoreItemOperationsFailed, restore.Status.Errors}).To(Equal([]int{4, 3, 1, restoreErrors}),
+			"attempted, completed, failed, errors: the failure itemops counted is not counted again")
+		Expect(describedPhases(ctx, "restore", "rolled-back")).To(Equal(map[string]int{"Completed": 3, "Failed": 1}))
+	})
+
+	It("Velero alone -> manage by docs/velero.md's commands, a Backup counted by Velero in flight", func(ctx SpecContext) {
+		inFlight(ctx, "switch-5", "from-velero")
+		Expect(s.RunDoc(ctx, "docs/velero.md", "from-velero-to-manage")).To(Succeed())
+		Expect(veleroControllers(Default)).To(BeFalse())
+		Eventually(readyManagers).WithContext(ctx).WithTimeout(2 * time.Minute).Should(HaveLen(1))
+		endsCountedOnce(ctx, "from-velero")
 	})
 
 	It("helm uninstall keeps the CRD and the ItemOperations", func(ctx SpecContext) {

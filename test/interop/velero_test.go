@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -321,6 +322,106 @@ var _ = Describe("A Backup beside the real velero server", func() {
 		}
 		g.Expect(itemops.Output.String()).NotTo(ContainSubstring("wrote the operations file"))
 		g.Expect(itemops.Output.String()).To(ContainSubstring("ingested operations"))
+	})
+
+	// Velero fails an operation on its first failed Progress call: here its
+	// plugin process exits during Velero's first call after the upload
+	// ended, which only Velero's process sees. Velero then fails the next
+	// operation it polls in the same pass too ("connection refused"), one
+	// that is still running. itemops follows Velero's record of both and
+	// says what its own calls saw.
+	It("observe mode shows Velero's verdict, and what its own polls saw", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		startVelero(t)
+		g.Expect(waitForLocation(ctx)).To(Succeed())
+		startItemops(t, "observe")
+
+		sourceNamespace(t, "verdict",
+			map[string]string{sim.AnnotationSize: "3Mi", sim.AnnotationSpeed: "1Mi", sim.AnnotationCrashOnceUnder: "velero"},
+			map[string]string{sim.AnnotationSize: "1Gi", sim.AnnotationSpeed: "1Mi"})
+		b := createBackup(t, "verdict-1", "verdict", time.Hour)
+		g.Eventually(func(g Gomega) int { return backupNow(g, b).Status.BackupItemOperationsFailed }, 60*time.Second, 200*time.Millisecond).
+			Should(BeNumerically(">=", 1))
+		byItem := map[string]itemopsv1alpha1.ItemOperation{}
+		g.Eventually(func(g Gomega) {
+			ops := operationsOf(g, string(b.UID))
+			g.Expect(ops).To(HaveLen(2))
+			for _, op := range ops {
+				g.Expect(op.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseFailed), "%s: %+v", op.Spec.Resource.Name, op.Status)
+				byItem[op.Spec.Resource.Name] = op
+			}
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+
+		// The crashed one: Velero's error, and what itemops saw.
+		crashed := byItem["data-0"]
+		g.Expect(crashed.Status.Error).To(ContainSubstring("rpc error"))
+		differs := findCondition(crashed, itemopsv1alpha1.ConditionDiffersFromVelero)
+		g.Expect(differs).NotTo(BeNil(), "conditions %+v", crashed.Status.Conditions)
+		g.Expect(differs.Reason).To(Equal(itemopsv1alpha1.ReasonPolledCompleted))
+		g.Expect(differs.Message).To(MatchRegexp(`Velero recorded Failed \(rpc error.*\); (a retry of Progress answered|itemops' own Progress calls saw it) Completed`))
+		// The one Velero failed after the crash runs on in its plugin.
+		running := byItem["data-1"]
+		g.Expect(findCondition(running, itemopsv1alpha1.ConditionDiffersFromVelero)).To(HaveField("Reason", itemopsv1alpha1.ReasonPolledInProgress))
+
+		// Every count agrees with Velero's file and counters.
+		final := backupNow(g, b)
+		g.Eventually(backupPhase(b), 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
+		final = backupNow(g, b)
+		g.Expect(final.Status.BackupItemOperationsFailed).To(Equal(2))
+		for _, rec := range operationsFile(g, b.Name) {
+			g.Expect(rec.Status.Phase).To(Equal(itemoperation.OperationPhaseFailed))
+		}
+		events := &corev1.EventList{}
+		g.Expect(env.Client.List(ctx, events, client.InNamespace(envtest.VeleroNamespace))).To(Succeed())
+		seen := map[string]int{}
+		for _, e := range events.Items {
+			if e.Reason == itemopsv1alpha1.ConditionDiffersFromVelero {
+				seen[e.InvolvedObject.Name] += int(max(e.Count, 1))
+			}
+		}
+		g.Expect(seen).To(Equal(map[string]int{crashed.Name: 1, running.Name: 1}), "one DiffersFromVelero Event each")
+		for _, mf := range final.ManagedFields {
+			g.Expect(mf.Manager).NotTo(HavePrefix("itemops"))
+		}
+	})
+
+	// Leaving manage mode mid-flight, as docs/velero.md says (itemops
+	// first, then Velero's controllers): Velero's own controller counts
+	// from the file that itemops kept in step, and counts the failure
+	// itemops already counted once.
+	It("manage to Velero alone mid-flight counts each failure once", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		managed := startVelero(t, manageFlags...)
+		g.Expect(waitForLocation(ctx)).To(Succeed())
+		itemops := startItemops(t, "manage")
+
+		sourceNamespace(t, "rollback",
+			map[string]string{sim.AnnotationSize: "2Mi", sim.AnnotationSpeed: "1Mi", sim.AnnotationFailAt: "25"},
+			map[string]string{sim.AnnotationSize: "12Mi", sim.AnnotationSpeed: "1Mi"},
+			map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "1Mi"})
+		b := createBackup(t, "rollback-1", "rollback", time.Hour)
+		g.Eventually(func(g Gomega) []int {
+			s := backupNow(g, b).Status
+			return []int{s.BackupItemOperationsFailed, s.Errors}
+		}, 60*time.Second, 200*time.Millisecond).Should(Equal([]int{1, 1}), "itemops counted the failure")
+		g.Expect(backupNow(g, b).Status.Phase).To(Equal(velerov1api.BackupPhaseWaitingForPluginOperationsPartiallyFailed))
+
+		itemops.Stop(syscall.SIGTERM)
+		managed.Stop(syscall.SIGTERM)
+		velero.StartServer(t) // this spec holds the server lock already
+		g.Eventually(backupPhase(b), 90*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
+		final := backupNow(g, b).Status
+		g.Expect([]int{final.BackupItemOperationsAttempted, final.BackupItemOperationsCompleted, final.BackupItemOperationsFailed, final.Errors}).
+			To(Equal([]int{3, 2, 1, 1}), "attempted, completed, failed, errors")
+		out, err := velero.Describe("backup", b.Name)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(strings.Count(out, "Phase:")).To(BeNumerically(">=", 3), out)
+		g.Expect(regexp.MustCompile(`(?m)^\s*Phase:\s+Failed`).FindAllString(out, -1)).To(HaveLen(1), out)
+		g.Expect(regexp.MustCompile(`(?m)^\s*Phase:\s+Completed`).FindAllString(out, -1)).To(HaveLen(2), out)
 	})
 
 	// This is scenario 5.

@@ -167,7 +167,13 @@ func (s *Stack) Run(ctx context.Context, script string) (string, error) {
 
 // RunREADME runs the README's install block of that name as written.
 func (s *Stack) RunREADME(ctx context.Context, name string) error {
-	readme, err := os.ReadFile(filepath.Join(s.Root, "README.md"))
+	return s.RunDoc(ctx, "README.md", name)
+}
+
+// RunDoc runs the block of that name of a file of the repository (such as
+// docs/velero.md) as written.
+func (s *Stack) RunDoc(ctx context.Context, file, name string) error {
+	readme, err := os.ReadFile(filepath.Join(s.Root, file))
 	if err != nil {
 		return err
 	}
@@ -180,8 +186,8 @@ func (s *Stack) RunREADME(ctx context.Context, name string) error {
 }
 
 // READMEBlock returns the fenced code block that follows the line
-// `<!-- test/cluster: NAME -->` in the README: the install steps that
-// test/cluster runs exactly as users read them.
+// `<!-- test/cluster: NAME -->` in the README (or another page): the steps
+// that test/cluster runs exactly as users read them.
 func READMEBlock(readme []byte, name string) (string, error) {
 	re := regexp.MustCompile("(?s)<!-- test/cluster: " + regexp.QuoteMeta(name) + " -->\\s*```[a-z]*\n(.*?)```")
 	m := re.FindSubmatch(readme)

@@ -66,6 +66,12 @@ const (
 	// AnnotationCrashOnce ("true") makes the plugin process exit during the
 	// first Progress call of the operation.
 	AnnotationCrashOnce = "itemops.io/sample-crash-once"
+	// AnnotationCrashOnceUnder makes the plugin process exit during the
+	// first Progress call made after the transfer ended by a process that
+	// the named program started (the base name of its parent's first
+	// argument, such as velero): a crash that only that caller sees, after
+	// any other may have seen the end.
+	AnnotationCrashOnceUnder = "itemops.io/sample-crash-once-under"
 	// AnnotationIgnoreCancel ("true") makes Cancel return without stopping anything.
 	AnnotationIgnoreCancel = "itemops.io/sample-ignore-cancel"
 	// AnnotationCrashOnCancel ("true") makes the plugin process exit during
@@ -121,14 +127,17 @@ type State struct {
 	Size      int64  `json:"size"`
 	Speed     int64  `json:"speed"`
 	// Shape is how the rate varies around Speed: ShapeConstant or ShapeReal.
-	Shape        string        `json:"shape,omitempty"`
-	FailAt       int           `json:"failAt"`
-	StallAt      int           `json:"stallAt"`
-	HangForever  bool          `json:"hangForever,omitempty"`
-	HangFor      time.Duration `json:"hangFor,omitempty"`
-	CrashOnce    bool          `json:"crashOnce,omitempty"`
-	Crashed      bool          `json:"crashed,omitempty"`
-	IgnoreCancel bool          `json:"ignoreCancel,omitempty"`
+	Shape       string        `json:"shape,omitempty"`
+	FailAt      int           `json:"failAt"`
+	StallAt     int           `json:"stallAt"`
+	HangForever bool          `json:"hangForever,omitempty"`
+	HangFor     time.Duration `json:"hangFor,omitempty"`
+	CrashOnce   bool          `json:"crashOnce,omitempty"`
+	// CrashOnceUnder: the first Progress call after the end made by a
+	// process that this program started exits it (Crashed then).
+	CrashOnceUnder string `json:"crashOnceUnder,omitempty"`
+	Crashed        bool   `json:"crashed,omitempty"`
+	IgnoreCancel   bool   `json:"ignoreCancel,omitempty"`
 	// CrashOnCancel and CancelCrashed: the first Cancel exits the process.
 	CrashOnCancel bool       `json:"crashOnCancel,omitempty"`
 	CancelCrashed bool       `json:"cancelCrashed,omitempty"`
@@ -334,6 +343,7 @@ func (s *Store) StartAt(direction, item string, annotations map[string]string, a
 		}
 	}
 	st.CrashOnce = annotations[AnnotationCrashOnce] == "true"
+	st.CrashOnceUnder = annotations[AnnotationCrashOnceUnder]
 	if v, ok := annotations[AnnotationErrorCalls]; ok {
 		if st.ErrorCalls, err = strconv.Atoi(v); err != nil || st.ErrorCalls < 0 {
 			return "", fmt.Errorf("%s must be a number of calls, got %q", AnnotationErrorCalls, v)
@@ -414,7 +424,7 @@ func (s *Store) Progress(id string) (velero.OperationProgress, error) {
 	if st, err = s.Load(id); err != nil {
 		return velero.OperationProgress{}, err
 	}
-	if st.CrashOnce && !st.Crashed {
+	if !st.Crashed && (st.CrashOnce || st.CrashOnceUnder != "" && st.CrashOnceUnder == parentProgram() && st.progressAt(s.now()).Completed) {
 		st.Crashed = true
 		if err := s.save(st); err != nil {
 			return velero.OperationProgress{}, err
@@ -436,6 +446,17 @@ func (s *Store) Progress(id string) (velero.OperationProgress, error) {
 	p := st.progressAt(now)
 	s.logPoll(id, p, now)
 	return p, nil
+}
+
+// parentProgram is the base name of the first argument of the process
+// that started this one: velero for a plugin process Velero started.
+func parentProgram() string {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", os.Getppid()))
+	if err != nil {
+		return ""
+	}
+	first, _, _ := strings.Cut(string(cmdline), "\x00")
+	return filepath.Base(first)
 }
 
 // fault answers as the fault file says, if there is one.
