@@ -55,15 +55,15 @@ var faultOrder = []string{faultReplicaKilled, faultLeaderKilled, faultKilledMidW
 
 // inject runs faults one after another, every 1–3 s, for cfg.duration, in
 // an order drawn from rng; a third of the way in it asks some operations to
-// cancel, half way it deletes a Backup, and at three fifths it holds the
-// faults for a quiet window in which it asks a few more operations to
-// cancel and waits for their Cancel to reach the plugin (the window is
-// added to the duration). It returns how often each happened.
+// cancel, and half way it deletes a Backup. Before the first fault, in a
+// quiet window, it asks a few operations to cancel and waits for their
+// Cancel to reach the plugin (the window is added to the duration). It
+// returns how often each happened.
 func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, env *envtest.Environment, cl *replicas.Cluster, load *workload, w *watcher) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
 	end := time.Now().Add(cfg.duration)
-	cancelAt, deleteAt, quietAt := time.Now().Add(cfg.duration/3), time.Now().Add(cfg.duration/2), time.Now().Add(cfg.duration*3/5)
+	cancelAt, deleteAt, quietAt := time.Now().Add(cfg.duration/3), time.Now().Add(cfg.duration/2), time.Now()
 	faults := faultOrder[:7]
 	restartLater := func(i int) {
 		pause(ctx, rng, 500*time.Millisecond, 2*time.Second)
@@ -188,10 +188,10 @@ func requestCancels(ctx context.Context, t testing.TB, env *envtest.Environment,
 
 // quietCancels waits, with no fault injected, for a leader and then for
 // it to have settled in (its caches, its plugin processes), asks about a
-// tenth of the unfinished operations (at least one) to cancel, and waits
-// until the Cancel of each has reached the plugin or the operation has
-// ended, at most quietCancelBound and a little more. It returns how many
-// it asked.
+// tenth of the operations that will run for longer than quietCancelBound
+// (at least one) to cancel, and waits until the Cancel of each has reached
+// the plugin, at most quietCancelBound and a little more. It returns how
+// many it asked.
 func quietCancels(ctx context.Context, t testing.TB, env *envtest.Environment, cl *replicas.Cluster, load *workload, rng *rand.Rand) int {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); cl.Leader() < 0 && time.Now().Before(deadline); {
@@ -202,10 +202,17 @@ func quietCancels(ctx context.Context, t testing.TB, env *envtest.Environment, c
 	if err := retrying(ctx, func() error { return env.Client.List(ctx, ops, client.InNamespace(envtest.VeleroNamespace)) }); err != nil {
 		t.Fatal(err)
 	}
+	store, err := sim.NewStore()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var asked []string
 	for i, op := range ops.Items {
 		if op.Status.Phase.IsTerminal() || op.Spec.Cancel || len(asked) > 0 && rng.IntN(10) != 0 {
 			continue
+		}
+		if st, err := store.Load(op.Spec.OperationID); err != nil || st.CompletesAt().Before(time.Now().Add(quietCancelBound+time.Second)) {
+			continue // it may end on its own before a Cancel must have come
 		}
 		patch := client.MergeFrom(op.DeepCopy())
 		ops.Items[i].Spec.Cancel = true
@@ -215,10 +222,6 @@ func quietCancels(ctx context.Context, t testing.TB, env *envtest.Environment, c
 			t.Fatal(err)
 		}
 		asked = append(asked, op.Spec.OperationID)
-	}
-	store, err := sim.NewStore()
-	if err != nil {
-		t.Fatal(err)
 	}
 	waitFor(quietCancelBound+2*time.Second, func() bool {
 		for _, id := range asked {
