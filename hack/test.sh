@@ -7,7 +7,8 @@
 #   ARTIFACTS  where the JUnit reports go (default: _artifacts), one per suite
 #   RACE       1 to build with the race detector (default: 0; see docs/testing.md)
 #   PACKAGES   the packages to look at (default: ./...)
-#   TIMEOUT    how long the Ginkgo suites may take (default: 30m)
+#   TIMEOUT    how long the Ginkgo suites of a lane may take (default: 60m;
+#              the velero lane, test/cluster included, takes about 35m)
 #
 # With LABELS or FOCUS set, only Ginkgo suites run: the plain packages have no
 # labels. Four lanes run side by side, as go test runs packages side by side:
@@ -27,7 +28,7 @@ FOCUS="${FOCUS:-}"
 ARTIFACTS="${ARTIFACTS:-$root/_artifacts}"
 RACE="${RACE:-0}"
 PACKAGES="${PACKAGES:-./...}"
-TIMEOUT="${TIMEOUT:-30m}"
+TIMEOUT="${TIMEOUT:-60m}"
 ginkgo=(go tool -modfile="$root/hack/tools/go.mod" ginkgo)
 
 # Every package with tests, as a directory relative to the root.

@@ -165,6 +165,15 @@ func runBuild(ctx context.Context, root string, argv []string, logPath string) (
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
+		// A Ctrl-C typed as the build starts, before it has a process
+		// group of its own, reaches it before the demo has seen it: the
+		// build was stopped, not failed.
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGINT {
+				return "", context.Canceled
+			}
+		}
 		log, _ := os.ReadFile(logPath)
 		return "", fmt.Errorf("%w; the end of its log:\n%s", err, proc.Tail(strings.TrimRight(string(log), "\n"), 15))
 	}

@@ -103,7 +103,7 @@ func main() {
 	restore := foreground.Take()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, *flow == "real", *exitWhenDone)
-	interrupted := ctx.Err() != nil || errors.Is(err, errStopped)
+	interrupted := ctx.Err() != nil || errors.Is(err, errStopped) || errors.Is(err, context.Canceled)
 	stop()
 	restore()
 	switch {
