@@ -166,7 +166,7 @@ func countOperations(ops []*itemopsv1alpha1.ItemOperation) rollup.Counts {
 		// Velero counts it.
 		n := recordCount(op)
 		counts.Total += n
-		switch op.Status.Phase {
+		switch startingPhase(op) {
 		case itemopsv1alpha1.OperationPhaseCompleted:
 			counts.Completed += n
 		case itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseCanceled:
@@ -176,13 +176,29 @@ func countOperations(ops []*itemopsv1alpha1.ItemOperation) rollup.Counts {
 	return counts
 }
 
+// startingPhase is op's phase, or, for one whose status is not written yet,
+// the phase it starts from: the end Velero recorded for it, when it was
+// read from the file already ended. Counted as anything else, a failure
+// Velero had counted would be counted again once the status shows it.
+func startingPhase(op *itemopsv1alpha1.ItemOperation) itemopsv1alpha1.OperationPhase {
+	if op.Status.Created == nil && finishedBeforeIngestion(op) {
+		if rec, err := recordStatus(op); err == nil {
+			return itemopsv1alpha1.OperationPhase(rec.Phase)
+		}
+	}
+	return op.Status.Phase
+}
+
 // nextParentState computes a parent's new phase and counters. Until as many
 // operations as expected are known the parent never leaves
 // WaitingForPluginOperations*, so that an operation not yet ingested can never
 // be skipped. expected is what Velero recorded as attempted, or the number of
 // records once the operations file has been read.
 func nextParentState(phase rollup.Phase, old parentCounters, counts rollup.Counts, expected int) (rollup.Phase, parentCounters) {
-	next := parentCounters{Attempted: max(old.Attempted, counts.Total), Completed: counts.Completed, Failed: counts.Failed}
+	// A failure once counted stays counted (its error is in status.errors):
+	// fewer failed operations than counted only means some have not shown
+	// their end yet.
+	next := parentCounters{Attempted: max(old.Attempted, counts.Total), Completed: counts.Completed, Failed: max(old.Failed, counts.Failed)}
 	if counts.Total < expected {
 		counts.Total = expected
 	}

@@ -19,6 +19,7 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -368,6 +369,57 @@ var _ = Describe("The parent reconcilers follow Velero's records", Label("unit")
 		}
 		if *f.patched != 0 {
 			t.Errorf("the Backup was patched %d times before its operations showed Velero's failure", *f.patched)
+		}
+	})
+
+	It("manage: a failure Velero counted before itemops was there is counted once (Velero alone -> manage)", func() {
+		t := GinkgoTB()
+		ctx := context.Background()
+		f := setup(t, velerov1api.BackupPhaseWaitingForPluginOperationsPartiallyFailed, parentCounters{2, 0, 1}, 1, nil, nil)
+		records := []*itemoperation.BackupOperation{
+			backupRecord(f.backup, "operation-failed", itemoperation.OperationPhaseFailed, time.Now()),
+			backupRecord(f.backup, "operation-running", itemoperation.OperationPhaseInProgress, time.Now()),
+		}
+		records[0].Status.Error = "simulated failure at 10%"
+		f.store.setBackup("uid-b", records)
+		counted := func() []int {
+			t.Helper()
+			got := &velerov1api.Backup{}
+			if err := f.c.Get(ctx, client.ObjectKeyFromObject(f.backup), got); err != nil {
+				t.Fatal(err)
+			}
+			s := got.Status
+			return []int{s.BackupItemOperationsAttempted, s.BackupItemOperationsCompleted, s.BackupItemOperationsFailed, s.Errors}
+		}
+		// itemops starts: it reads the file and creates both; their
+		// status is not written yet.
+		reconcile(t, f, true)
+		if got := counted(); got[2] != 1 || got[3] != 1 {
+			t.Fatalf("after ingestion: attempted, completed, failed, errors = %v, want the failure Velero counted, once", got)
+		}
+		// Their status is written (the failed one from Velero's record),
+		// and the other completes.
+		list := &itemopsv1alpha1.ItemOperationList{}
+		if err := f.c.List(ctx, list); err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != 2 {
+			t.Fatalf("%d ItemOperations, want 2", len(list.Items))
+		}
+		for i := range list.Items {
+			op := &list.Items[i]
+			op.Status.Created = &metav1.Time{Time: time.Now()}
+			op.Status.Phase = itemopsv1alpha1.OperationPhaseCompleted
+			if op.Spec.OperationID == "operation-failed" {
+				op.Status.Phase, op.Status.Error = itemopsv1alpha1.OperationPhaseFailed, "simulated failure at 10%"
+			}
+			if err := f.c.Status().Update(ctx, op); err != nil {
+				t.Fatal(err)
+			}
+		}
+		reconcile(t, f, true)
+		if got, want := counted(), []int{2, 1, 1, 1}; strings.Join(strings.Fields(fmt.Sprint(got)), " ") != strings.Join(strings.Fields(fmt.Sprint(want)), " ") {
+			t.Errorf("at the end: attempted, completed, failed, errors = %v, want %v", got, want)
 		}
 	})
 
