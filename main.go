@@ -176,6 +176,7 @@ func main() {
 		SnapshotLocations:       objectStorage,
 		Recorder:                mgr.GetEventRecorderFor("itemops"),
 		Clock:                   clock.RealClock{},
+		VeleroTimesOut:          opts.Mode != options.ModeManage,
 		SyncFrequency:           opts.SyncFrequency,
 		ProgressUpdateInterval:  opts.ProgressUpdateInterval,
 		StallAfter:              opts.StallAfter,

@@ -52,6 +52,12 @@ import (
 // parent sets one; it is Velero's default too.
 const DefaultOperationTimeout = 4 * time.Hour
 
+// VeleroTimeoutGrace is how long past an operation's deadline itemops waits,
+// where Velero's own controllers time operations out (VeleroTimesOut), for
+// Velero to record the end before it cancels the operation itself. Velero
+// checks the deadline at each of its polls, 10 s apart by default.
+const VeleroTimeoutGrace = 5 * time.Minute
+
 // +kubebuilder:rbac:groups=velero.io,namespace=velero,resources=backups;restores;deletebackuprequests,verbs=get;list;watch
 
 // ItemOperationReconciler polls one operation's plugin, throttles what it
@@ -76,6 +82,16 @@ type ItemOperationReconciler struct {
 	// finalizers without decoding the object the API server answers with
 	// (the cache sees it through its watch); through Client when nil.
 	Patcher *kube.Patcher
+
+	// VeleroTimesOut: Velero's own operations controllers run beside
+	// itemops (observe mode) and cancel and fail an operation past its
+	// parent's itemOperationTimeout themselves. itemops leaves that timeout
+	// to them, so that the plugin is asked to cancel once, and follows the
+	// end Velero records; it cancels itself only when Velero has recorded
+	// nothing VeleroTimeoutGrace after the deadline (Velero is stopped, say).
+	// An ItemOperation's own spec.timeout, which Velero does not know, is
+	// always itemops' to enforce.
+	VeleroTimesOut bool
 
 	// SyncFrequency is the time between two polls of an operation in progress.
 	SyncFrequency time.Duration
@@ -278,10 +294,9 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		}
 		return r.writeEnd(ctx, original, op, now)
 	}
-	deadline := op.Status.Created.Add(r.timeout(op, parent))
+	deadline, why := r.deadline(op, parent)
 	if !now.Before(deadline) {
-		if err := r.cancel(ctx, op, parent, itemopsv1alpha1.ReasonTimedOut,
-			fmt.Sprintf("the operation did not finish within its timeout of %s", r.timeout(op, parent)),
+		if err := r.cancel(ctx, op, parent, itemopsv1alpha1.ReasonTimedOut, why,
 			itemopsv1alpha1.OperationPhaseFailed, now); err != nil {
 			return staleOr(err)
 		}

@@ -167,6 +167,20 @@ func (r *ItemOperationReconciler) timeout(op *itemopsv1alpha1.ItemOperation, par
 	return DefaultOperationTimeout
 }
 
+// deadline is when itemops cancels and fails the operation for its
+// timeout, and the error it then gives. Where Velero times operations out
+// itself (VeleroTimesOut), that is VeleroTimeoutGrace later, unless the
+// ItemOperation sets a timeout of its own.
+func (r *ItemOperationReconciler) deadline(op *itemopsv1alpha1.ItemOperation, parent *parentState) (time.Time, string) {
+	limit := r.timeout(op, parent)
+	why := fmt.Sprintf("the operation did not finish within its timeout of %s", limit)
+	at := op.Status.Created.Add(limit)
+	if r.VeleroTimesOut && op.Spec.Timeout == nil {
+		return at.Add(VeleroTimeoutGrace), fmt.Sprintf("%s, and Velero had not recorded its end %s later", why, VeleroTimeoutGrace)
+	}
+	return at, why
+}
+
 // cancelReason says why the operation must be cancelled now, if it must.
 func cancelReason(op *itemopsv1alpha1.ItemOperation, parent *parentState) (string, string) {
 	kind, name := op.Spec.Parent.Kind, op.Spec.Parent.Name

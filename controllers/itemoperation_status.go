@@ -281,7 +281,7 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil &&
 		(c.Reason == itemopsv1alpha1.ReasonPluginNotFound || c.Reason == itemopsv1alpha1.ReasonSnapshotLocationUnavailable ||
 			c.Reason == itemopsv1alpha1.ReasonPluginForbidden) &&
-		!hasReason(original, itemopsv1alpha1.ConditionProgressing, c.Reason) {
+		!hasReason(&original.Status, itemopsv1alpha1.ConditionProgressing, c.Reason) {
 		r.Recorder.Event(op, corev1.EventTypeWarning, c.Reason, c.Message)
 	}
 	return nil
@@ -422,8 +422,9 @@ func changedTo(before, after *itemopsv1alpha1.ItemOperation, kind string, status
 	return now != nil && now.Status == status && (was == nil || was.Status != status)
 }
 
-func hasReason(op *itemopsv1alpha1.ItemOperation, kind, reason string) bool {
-	c := meta.FindStatusCondition(op.Status.Conditions, kind)
+// hasReason reports whether a status has the condition kind with reason.
+func hasReason(s *itemopsv1alpha1.ItemOperationStatus, kind, reason string) bool {
+	c := meta.FindStatusCondition(s.Conditions, kind)
 	return c != nil && c.Reason == reason
 }
 

@@ -156,7 +156,7 @@ func applyRecord(op *itemopsv1alpha1.ItemOperation, rec *itemoperation.Operation
 // itemops saw nothing else.
 func difference(rec *itemoperation.OperationStatus, own *itemopsv1alpha1.ItemOperationStatus, retried bool) (string, string, bool) {
 	answered := own.Phase.IsTerminal() ||
-		retried && hasConditionReason(own, itemopsv1alpha1.ConditionProgressing, itemopsv1alpha1.ReasonPolling)
+		retried && hasReason(own, itemopsv1alpha1.ConditionProgressing, itemopsv1alpha1.ReasonPolling)
 	if !answered || inVeleroTerms(own.Phase) == rec.Phase {
 		return "", "", false
 	}
@@ -184,11 +184,6 @@ func difference(rec *itemoperation.OperationStatus, own *itemopsv1alpha1.ItemOpe
 		reason = itemopsv1alpha1.ReasonPolledInProgress
 	}
 	return fmt.Sprintf("Velero recorded %s; %s %s", recorded, who, saw), reason, true
-}
-
-func hasConditionReason(s *itemopsv1alpha1.ItemOperationStatus, kind, reason string) bool {
-	c := meta.FindStatusCondition(s.Conditions, kind)
-	return c != nil && c.Reason == reason
 }
 
 // recordChanged passes the updates that change Velero's record of the

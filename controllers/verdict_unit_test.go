@@ -39,6 +39,7 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/plugin"
 )
 
 // eofError is what Velero records for an operation whose plugin process
@@ -444,5 +445,91 @@ var _ = Describe("The parent reconcilers follow Velero's records", Label("unit")
 		if got, want := strings.Join(*f.fileAtPatch, " "), "Failed Completed InProgress"; got != want {
 			t.Errorf("when the counters were patched the file held %s, want %s", got, want)
 		}
+	})
+})
+
+// cancelCounting is a plugin whose operation runs on and that counts the
+// Cancel calls it gets.
+type cancelCounting struct {
+	scriptedPlugin
+	cancels int
+}
+
+func (p *cancelCounting) Cancel(context.Context, plugin.Operation) error {
+	p.cancels++
+	return nil
+}
+
+var _ = Describe("The timeout where Velero times operations out (observe mode)", Label("unit"), func() {
+	created := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	deadline := created.Add(DefaultOperationTimeout)
+
+	// at reconciles an operation created at created, running on, once at
+	// the time given, and returns it as the API server then holds it and
+	// the number of Cancel calls the plugin got.
+	at := func(t testing.TB, now time.Time, veleroTimesOut bool, own *metav1.Duration) (*itemopsv1alpha1.ItemOperation, int) {
+		t.Helper()
+		c, op := oneWaitingOperation(t, "example.io/p", "id")
+		ctx := context.Background()
+		if err := c.Get(ctx, client.ObjectKeyFromObject(op), op); err != nil {
+			t.Fatal(err)
+		}
+		if own != nil {
+			op.Spec.Timeout = own
+			if err := c.Update(ctx, op); err != nil {
+				t.Fatal(err)
+			}
+		}
+		op.Status = itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress, Created: &created}
+		if err := c.Status().Update(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+		p := &cancelCounting{scriptedPlugin: scriptedPlugin{clock: clocktesting.NewFakeClock(now), started: created.Time, total: 1 << 62}}
+		r := &ItemOperationReconciler{Client: c, Plugins: p, Recorder: record.NewFakeRecorder(100), Clock: p.clock,
+			VeleroTimesOut: veleroTimesOut, SyncFrequency: 10 * time.Second, ProgressUpdateInterval: 30 * time.Second,
+			StallAfter: time.Hour, MaxProgressFailures: 3}
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}); err != nil {
+			t.Fatal(err)
+		}
+		got := &itemopsv1alpha1.ItemOperation{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(op), got); err != nil {
+			t.Fatal(err)
+		}
+		return got, p.cancels
+	}
+	timedOut := func(t testing.TB, got *itemopsv1alpha1.ItemOperation, cancels int, message string) {
+		t.Helper()
+		c := meta.FindStatusCondition(got.Status.Conditions, itemopsv1alpha1.ConditionCanceled)
+		if got.Status.Phase != itemopsv1alpha1.OperationPhaseFailed || cancels != 1 || c == nil ||
+			c.Reason != itemopsv1alpha1.ReasonTimedOut || !strings.Contains(c.Message, message) {
+			t.Fatalf("phase %s, %d Cancel calls, Canceled condition %+v; want Failed, one Cancel, TimedOut with %q",
+				got.Status.Phase, cancels, c, message)
+		}
+	}
+
+	It("leaves the parent's timeout to Velero, past the deadline", func() {
+		t := GinkgoTB()
+		got, cancels := at(t, deadline.Add(VeleroTimeoutGrace-time.Second), true, nil)
+		if got.Status.Phase != itemopsv1alpha1.OperationPhaseInProgress || cancels != 0 {
+			t.Fatalf("phase %s after %d Cancel calls, want InProgress and none: Velero cancels it", got.Status.Phase, cancels)
+		}
+	})
+
+	It("cancels itself when Velero has recorded nothing a grace period after the deadline", func() {
+		t := GinkgoTB()
+		got, cancels := at(t, deadline.Add(VeleroTimeoutGrace), true, nil)
+		timedOut(t, got, cancels, "Velero had not recorded its end 5m0s later")
+	})
+
+	It("enforces an ItemOperation's own timeout, which Velero does not know", func() {
+		t := GinkgoTB()
+		got, cancels := at(t, created.Add(time.Hour), true, &metav1.Duration{Duration: time.Hour})
+		timedOut(t, got, cancels, "within its timeout of 1h0m0s")
+	})
+
+	It("manage mode cancels at the deadline", func() {
+		t := GinkgoTB()
+		got, cancels := at(t, deadline, false, nil)
+		timedOut(t, got, cancels, "within its timeout of 4h0m0s")
 	})
 })

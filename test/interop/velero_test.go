@@ -388,6 +388,43 @@ var _ = Describe("A Backup beside the real velero server", func() {
 		}
 	})
 
+	// Velero's own controller times out an operation past the Backup's
+	// itemOperationTimeout and calls Cancel; in observe mode itemops leaves
+	// that to it, so the plugin is asked once, and the ItemOperation ends
+	// as Velero recorded it.
+	It("observe mode leaves the timeout to Velero: one Cancel, Velero's end", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		startVelero(t)
+		g.Expect(waitForLocation(ctx)).To(Succeed())
+		startItemops(t, "observe")
+
+		sourceNamespace(t, "slow",
+			map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "1Mi"},
+			map[string]string{sim.AnnotationSize: "1Gi", sim.AnnotationSpeed: "1Mi"})
+		b := createBackup(t, "slow-1", "slow", 8*time.Second)
+		g.Eventually(backupPhase(b), 90*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
+		var timedOut itemopsv1alpha1.ItemOperation
+		g.Eventually(func(g Gomega) itemopsv1alpha1.OperationPhase {
+			for _, op := range operationsOf(g, string(b.UID)) {
+				if op.Spec.Resource.Name == "data-1" {
+					timedOut = op
+				}
+			}
+			return timedOut.Status.Phase
+		}, 30*time.Second, 200*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseFailed))
+		g.Expect(timedOut.Status.Error).To(Equal("Asynchronous action timed out"), "Velero's error")
+		g.Expect(findCondition(timedOut, itemopsv1alpha1.ConditionCanceled)).To(BeNil(), "itemops did not cancel it: %+v", timedOut.Status.Conditions)
+		g.Expect(findCondition(timedOut, itemopsv1alpha1.ConditionDiffersFromVelero)).To(BeNil(), "%+v", timedOut.Status.Conditions)
+		g.Expect(pluginState(g, timedOut.Spec.OperationID).Cancels).To(Equal(1), "the plugin was asked to cancel once")
+		for _, rec := range operationsFile(g, b.Name) {
+			if rec.Spec.OperationID == timedOut.Spec.OperationID {
+				g.Expect(rec.Status.Phase).To(Equal(itemoperation.OperationPhaseFailed))
+			}
+		}
+	})
+
 	// Leaving manage mode mid-flight, as docs/velero.md says (itemops
 	// first, then Velero's controllers): Velero's own controller counts
 	// from the file that itemops kept in step, and counts the failure
