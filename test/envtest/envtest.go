@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -74,6 +75,10 @@ type Environment struct {
 	// restarted is the kube-apiserver RestartAPIServer started, if any.
 	restarted *exec.Cmd
 }
+
+// controlPlaneStartTimeout is how long etcd and kube-apiserver may each take
+// to start, unless KUBEBUILDER_CONTROLPLANE_START_TIMEOUT says otherwise.
+const controlPlaneStartTimeout = 3 * time.Minute
 
 // Options change what Start installs.
 type Options struct {
@@ -129,6 +134,12 @@ func StartWith(opts Options) (*Environment, error) {
 			Scheme:             scheme,
 		},
 		Scheme: scheme,
+	}
+	// envtest gives etcd and kube-apiserver 20 s each to start; on a loaded
+	// 2-core machine kube-apiserver has taken longer (every try of a start
+	// timed out). How fast it starts is not what any suite checks.
+	if os.Getenv("KUBEBUILDER_CONTROLPLANE_START_TIMEOUT") == "" {
+		env.ControlPlaneStartTimeout = controlPlaneStartTimeout
 	}
 	cfg, err := env.Start()
 	if err != nil {
