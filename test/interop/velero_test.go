@@ -226,6 +226,11 @@ var _ = Describe("A Backup beside the real velero server", func() {
 			g.Eventually(func(g Gomega) velerov1api.RestorePhase {
 				got := &velerov1api.Restore{}
 				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(r), got)).To(Succeed())
+				switch got.Status.Phase {
+				case velerov1api.RestorePhaseFailed, velerov1api.RestorePhaseFailedValidation, velerov1api.RestorePhasePartiallyFailed:
+					// Velero's reasons are in the status; its restore log is in the bucket.
+					StopTrying(fmt.Sprintf("the restore ended %s: %+v", got.Status.Phase, got.Status)).Now()
+				}
 				return got.Status.Phase
 			}, 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.RestorePhaseCompleted))
 			got := &velerov1api.Restore{}
