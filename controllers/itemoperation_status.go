@@ -484,8 +484,7 @@ func callResult(err error) string {
 // file in which it had already finished: itemops did not see it end.
 func finishedBeforeIngestion(op *itemopsv1alpha1.ItemOperation) bool {
 	rec, err := recordStatus(op)
-	return err == nil && rec != nil &&
-		(rec.Phase == itemoperation.OperationPhaseCompleted || rec.Phase == itemoperation.OperationPhaseFailed)
+	return err == nil && rec != nil && recordEnded(rec.Phase)
 }
 
 // Bounds of the strings a plugin controls. A condition message longer than

@@ -181,10 +181,11 @@ func countOperations(ops []*itemopsv1alpha1.ItemOperation) rollup.Counts {
 // read from the file already ended. Counted as anything else, a failure
 // Velero had counted would be counted again once the status shows it.
 func startingPhase(op *itemopsv1alpha1.ItemOperation) itemopsv1alpha1.OperationPhase {
-	if op.Status.Created == nil && finishedBeforeIngestion(op) {
-		if rec, err := recordStatus(op); err == nil {
-			return itemopsv1alpha1.OperationPhase(rec.Phase)
-		}
+	if op.Status.Created != nil {
+		return op.Status.Phase
+	}
+	if rec, err := recordStatus(op); err == nil && rec != nil && recordEnded(rec.Phase) {
+		return itemopsv1alpha1.OperationPhase(rec.Phase)
 	}
 	return op.Status.Phase
 }
