@@ -48,6 +48,10 @@ const (
 	testStallAfter     = 2 * time.Second
 	testMaxFailures    = 3
 	testCallTimeout    = time.Second
+	// testStartTimeout is not the suite's to shorten: a loaded machine
+	// takes seconds to start a plugin process, and a sample plugin that
+	// discovery gave up on is unknown to the specs after it.
+	testStartTimeout = time.Minute
 )
 
 var (
@@ -85,7 +89,7 @@ var _ = BeforeSuite(func() {
 
 	log := zap.New(zap.UseDevMode(true), zap.WriteTo(GinkgoWriter), zap.Level(zapLevel()))
 	ctrl.SetLogger(log)
-	plugins = plugin.NewManager(plugin.Options{Dir: pluginDir, CallTimeout: testCallTimeout, Log: log.WithName("plugins")})
+	plugins = plugin.NewManager(plugin.Options{Dir: pluginDir, CallTimeout: testCallTimeout, StartTimeout: testStartTimeout, Log: log.WithName("plugins")})
 	plugins.Discover(context.Background())
 
 	// As main.go wires it: parents read their operations from the cache's store.

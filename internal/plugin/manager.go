@@ -79,6 +79,11 @@ type Options struct {
 	// CallTimeout is the deadline of every call, including the wait for the
 	// plugin process to start.
 	CallTimeout time.Duration
+	// StartTimeout is how long a plugin process may take to start and
+	// answer the handshake; CallTimeout when zero. A call waits for a start
+	// no longer than its own deadline, while the start goes on for the
+	// calls after it.
+	StartTimeout time.Duration
 	// Log receives the manager's messages and the plugins' own log lines.
 	Log logr.Logger
 	// Clock decides restart backoff; the real clock when nil.

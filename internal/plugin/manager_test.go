@@ -303,6 +303,25 @@ var _ = Describe("The plugin manager", func() {
 		g.Expect(logs.String()).To(ContainSubstring("still skipping in plugin directory"))
 	})
 
+	It("a process slower to start than a call may take is waited for as long as StartTimeout", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		dir := t.TempDir()
+		// Starts as a plugin on a loaded machine may: seconds late.
+		g.Expect(os.WriteFile(filepath.Join(dir, "slow-to-start.sh"), []byte("#!/bin/sh\nsleep 2\n"+
+			"exec "+filepath.Join(binDir, "sample")+" \"$@\"\n"), 0o755)).To(Succeed())
+		discover := func(start time.Duration) *Registry {
+			m := NewManager(Options{Dir: dir, CallTimeout: 500 * time.Millisecond, StartTimeout: start, Log: logr.Discard()})
+			DeferCleanup(m.Close)
+			return m.Discover(context.Background())
+		}
+		g.Expect(discover(0).Problems()).To(ConsistOf(HaveField("Err", MatchError(ContainSubstring("timeout while waiting for plugin to start")))),
+			"without StartTimeout a start may take CallTimeout")
+		reg := discover(time.Minute)
+		g.Expect(reg.Problems()).To(BeEmpty())
+		g.Expect(reg.Has(ID{common.PluginKindBackupItemActionV2, datamover})).To(BeTrue())
+	})
+
 	It("missing plugin directory is a problem not a failure", func() {
 		t := GinkgoTB()
 		g := NewWithT(t)

@@ -310,6 +310,14 @@ func pluginEnv(namespace string) []string {
 	return append(env, namespaceEnv+"="+namespace)
 }
 
+// startTimeout is how long a process may take to start (see Options).
+func (m *Manager) startTimeout() time.Duration {
+	if m.opts.StartTimeout > 0 {
+		return m.opts.StartTimeout
+	}
+	return m.opts.CallTimeout
+}
+
 // start launches one process of the binary at path and connects to it.
 func (m *Manager) start(path string) (*running, error) {
 	cmd := exec.Command(path, pluginArgs(path, m.opts.Namespace, m.opts.Args)...) //nolint:gosec // path comes from discovery in the plugin directory only
@@ -324,7 +332,7 @@ func (m *Manager) start(path string) (*running, error) {
 		// itemops' own after it, and a second VELERO_NAMESPACE would win.
 		SkipHostEnv:  true,
 		Logger:       m.hclog,
-		StartTimeout: m.opts.CallTimeout,
+		StartTimeout: m.startTimeout(),
 		// Fixed flow-control windows: gRPC's dynamic ones ping the plugin
 		// to measure the link as answers arrive, work for both processes
 		// on every few calls. Calls and answers are small (a parent's JSON

@@ -303,13 +303,13 @@ func (m *Manager) listAll(ctx context.Context, paths []string) map[string]listin
 
 // list starts the binary, asks its PluginLister what it serves, and stops it.
 func (m *Manager) list(ctx context.Context, path string) ([]ID, error) {
-	ctx, cancel := context.WithTimeout(ctx, m.opts.CallTimeout)
-	defer cancel()
 	r, err := m.start(path)
 	if err != nil {
 		return nil, fmt.Errorf("not a Velero plugin, or it failed the handshake: %w", err)
 	}
 	defer r.client.Kill()
+	ctx, cancel := context.WithTimeout(ctx, m.opts.CallTimeout)
+	defer cancel()
 	// Ask for the kinds only itemops knows too; a binary built with
 	// itemops' plugin framework lists them only when asked.
 	resp, err := proto.NewPluginListerClient(r.conn).ListPlugins(framework.WithKinds(ctx, vsv2.PluginKind), &proto.Empty{})
