@@ -234,8 +234,11 @@ var _ = Describe("itemops beside a simulated Velero", func() {
 		ctx := context.Background()
 		long := &itemopsv1alpha1.ItemOperation{}
 		g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: "dashboarded-2"}, long)).To(Succeed())
+		// A patch: itemops writes the operation too, and an update of what
+		// was read may meet its write.
+		patch := client.MergeFrom(long.DeepCopy())
 		long.Spec.Cancel = true
-		g.Expect(env.Client.Update(ctx, long)).To(Succeed())
+		g.Expect(env.Client.Patch(ctx, long, patch)).To(Succeed())
 		g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
 			Should(ContainElement(itemopsv1alpha1.OperationPhaseCanceled), "manager output:\n%s", m.output.String())
 
