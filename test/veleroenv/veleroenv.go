@@ -232,7 +232,17 @@ func (e *Env) ServerCommand(extra ...string) (*exec.Cmd, error) {
 		"--plugin-dir", e.PluginDir, "--item-operation-sync-frequency", "1s", "--metrics-address", metrics,
 		"--profiler-address", profiler, "--store-validation-frequency", "5s", "--log-level", "info"}, extra...)
 	cmd := exec.Command(e.Velero, args...)
-	cmd.Env = append(os.Environ(), "VELERO_NAMESPACE="+envtest.VeleroNamespace)
+	cmd.Env = append(os.Environ(), "VELERO_NAMESPACE="+envtest.VeleroNamespace,
+		// Velero writes a location's credentials file in place (truncate,
+		// then write) each time one of its controllers reaches the bucket,
+		// every 5 s here; its AWS plugin, reading the file in between, found
+		// no credentials under load and failed a Backup and a Restore. The
+		// same keys from the environment come first in the AWS SDK's chain.
+		// (itemops writes its own credentials files beside and renames them.)
+		"AWS_ACCESS_KEY_ID="+s3.AccessKey, "AWS_SECRET_ACCESS_KEY="+s3.SecretKey,
+		// Without credentials the SDK asks the instance metadata address;
+		// nothing of the tests may leave this machine.
+		"AWS_EC2_METADATA_DISABLED=true")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd, nil
 }
