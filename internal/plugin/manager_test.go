@@ -307,11 +307,12 @@ var _ = Describe("The plugin manager", func() {
 		t := GinkgoTB()
 		g := NewWithT(t)
 		dir := t.TempDir()
-		// Starts as a plugin on a loaded machine may: seconds late.
-		g.Expect(os.WriteFile(filepath.Join(dir, "slow-to-start.sh"), []byte("#!/bin/sh\nsleep 2\n"+
+		// Starts as a plugin on a loaded machine may: seconds late, later
+		// than a call may take.
+		g.Expect(os.WriteFile(filepath.Join(dir, "slow-to-start.sh"), []byte("#!/bin/sh\nsleep 5\n"+
 			"exec "+filepath.Join(binDir, "sample")+" \"$@\"\n"), 0o755)).To(Succeed())
 		discover := func(start time.Duration) *Registry {
-			m := NewManager(Options{Dir: dir, CallTimeout: 500 * time.Millisecond, StartTimeout: start, Log: logr.Discard()})
+			m := NewManager(Options{Dir: dir, CallTimeout: 3 * time.Second, StartTimeout: start, Log: logr.Discard()})
 			DeferCleanup(m.Close)
 			return m.Discover(context.Background())
 		}
