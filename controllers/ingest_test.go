@@ -258,8 +258,9 @@ var _ = Describe("Reading Velero's operations files", Label("envtest"), func() {
 			HaveField("BackupItemOperationsCompleted", 3),
 		))
 		g.Expect(operationsOf(g, string(b.UID))).To(HaveLen(2))
-		g.Expect(parentEvents(g, b)).To(ContainElement(And(HavePrefix(reasonDuplicateRecord), ContainSubstring("record 2"),
-			ContainSubstring("repeats record 0"))))
+		// Events reach the API server after the status does.
+		g.Eventually(func(g Gomega) []string { return parentEvents(g, b) }, 15*time.Second, 100*time.Millisecond).Should(
+			ContainElement(And(HavePrefix(reasonDuplicateRecord), ContainSubstring("record 2"), ContainSubstring("repeats record 0"))))
 		written := files.backup(string(b.UID))
 		g.Expect(written).To(HaveLen(3))
 		for _, rec := range written {

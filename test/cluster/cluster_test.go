@@ -397,15 +397,18 @@ var _ = Describe("itemops installed by the README beside velero install", Ordere
 		Expect(differs.Message).To(MatchRegexp(`^Velero recorded Failed \(.+\); (a retry of Progress answered|itemops' own Progress calls saw it) Completed`))
 		Expect(op.Status.Error).NotTo(BeEmpty())
 		Expect(differs.Message).To(ContainSubstring(op.Status.Error))
-		events := &corev1.EventList{}
-		Expect(s.Client.List(ctx, events, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
-		var reasons []string
-		for _, e := range events.Items {
-			if e.InvolvedObject.Name == op.Name && e.Type == corev1.EventTypeWarning {
-				reasons = append(reasons, e.Reason)
+		// Events reach the API server after the status does.
+		Eventually(func(g Gomega) []string {
+			events := &corev1.EventList{}
+			g.Expect(s.Client.List(ctx, events, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+			var reasons []string
+			for _, e := range events.Items {
+				if e.InvolvedObject.Name == op.Name && e.Type == corev1.EventTypeWarning {
+					reasons = append(reasons, e.Reason)
+				}
 			}
-		}
-		Expect(reasons).To(ContainElement(itemopsv1alpha1.ConditionDiffersFromVelero))
+			return reasons
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(ContainElement(itemopsv1alpha1.ConditionDiffersFromVelero))
 		Expect(watchExit(ctx, "backup", "verdict")).To(Equal(1), "kubectl itemops shows Velero's verdict")
 	})
 

@@ -178,7 +178,9 @@ var _ = Describe("A Backup with data movement", func() {
 		failed := ops["data-1"]
 		g.Expect(failed.Status.Error).To(ContainSubstring(message))
 		g.Expect(failed.Status.NCompleted).To(BeNumerically(">=", int64(2<<30)), "the bytes moved before it failed")
-		g.Expect(eventsOf(g, failed.UID)).To(ContainElement(And(HaveField("Reason", "Failed"), HaveField("Message", ContainSubstring(message)))))
+		// Events reach the API server after the status does.
+		g.Eventually(func(g Gomega) []corev1.Event { return eventsOf(g, failed.UID) }, 30*time.Second, 200*time.Millisecond).Should(
+			ContainElement(And(HaveField("Reason", "Failed"), HaveField("Message", ContainSubstring(message)))))
 		for _, rec := range operationsFile(g, b.Name) {
 			if rec.Spec.OperationID == failed.Spec.OperationID {
 				g.Expect(rec.Status.Phase).To(Equal(itemoperation.OperationPhaseFailed))
@@ -301,7 +303,7 @@ var _ = Describe("A Backup with data movement", func() {
 		g.Eventually(backupPhase(b), 90*time.Second, 250*time.Millisecond).Should(Equal(velerov1api.BackupPhaseCompleted))
 		op := operationsOf(g, uid)["data-0"]
 		g.Expect(op.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseCompleted))
-		g.Expect(eventsOf(g, op.UID)).To(ContainElement(And(
+		g.Eventually(func(g Gomega) []corev1.Event { return eventsOf(g, op.UID) }, 30*time.Second, 200*time.Millisecond).Should(ContainElement(And(
 			HaveField("Reason", itemopsv1alpha1.ReasonPluginForbidden), HaveField("Message", ContainSubstring(permission)))))
 	})
 

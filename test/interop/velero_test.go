@@ -379,15 +379,18 @@ var _ = Describe("A Backup beside the real velero server", func() {
 		g.Expect(differs.Reason).To(Equal(itemopsv1alpha1.ReasonPolledCompleted))
 		g.Expect(differs.Message).To(MatchRegexp(`^Velero recorded Failed \(.+\); (a retry of Progress answered|itemops' own Progress calls saw it) Completed`))
 		g.Expect(differs.Message).To(ContainSubstring(crashed.Status.Error))
-		events := &corev1.EventList{}
-		g.Expect(env.Client.List(ctx, events, client.InNamespace(envtest.VeleroNamespace))).To(Succeed())
-		seen := 0
-		for _, e := range events.Items {
-			if e.Reason == itemopsv1alpha1.ConditionDiffersFromVelero && e.InvolvedObject.Name == crashed.Name {
-				seen += int(max(e.Count, 1))
+		// Events reach the API server after the status does.
+		g.Eventually(func(g Gomega) int {
+			events := &corev1.EventList{}
+			g.Expect(env.Client.List(ctx, events, client.InNamespace(envtest.VeleroNamespace))).To(Succeed())
+			seen := 0
+			for _, e := range events.Items {
+				if e.Reason == itemopsv1alpha1.ConditionDiffersFromVelero && e.InvolvedObject.Name == crashed.Name {
+					seen += int(max(e.Count, 1))
+				}
 			}
-		}
-		g.Expect(seen).To(Equal(1), "one DiffersFromVelero Event")
+			return seen
+		}, 30*time.Second, 200*time.Millisecond).Should(Equal(1), "one DiffersFromVelero Event")
 		for _, mf := range final.ManagedFields {
 			g.Expect(mf.Manager).NotTo(HavePrefix("itemops"))
 		}
