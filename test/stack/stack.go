@@ -159,6 +159,10 @@ func (s *Stack) Run(ctx context.Context, script string) (string, error) {
 	if err := cmd.Run(); err != nil {
 		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 			err = cause
+		} else {
+			// A `helm --wait` that ran out of time says only that: what
+			// the namespace's pods were doing says why.
+			err = fmt.Errorf("%w\n%s", err, s.Diagnose(context.WithoutCancel(ctx), VeleroNamespace))
 		}
 		return out.String(), fmt.Errorf("%s: %w\n%s", strings.TrimSpace(script), err, out.String())
 	}
