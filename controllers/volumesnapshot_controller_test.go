@@ -142,7 +142,9 @@ var _ = Describe("The VolumeSnapshot reconciler", Label("envtest"), func() {
 		t := GinkgoTB()
 		g := NewWithT(t)
 		location := newSnapshotLocation(t)
-		id := takeSnapshot(t, "vol-pv-a", map[string]string{sim.AnnotationSize: "3Mi", sim.AnnotationSpeed: "1Mi"})
+		// Long enough to be seen in progress on a loaded machine, whose first
+		// poll may come seconds after the ingestion.
+		id := takeSnapshot(t, "vol-pv-a", map[string]string{sim.AnnotationSize: "12Mi", sim.AnnotationSpeed: "1Mi"})
 		backup := newSnapshotBackup(t, velerov1api.BackupPhaseCompleted, time.Hour, time.Now(), func(uid string) []store.VolumeSnapshot {
 			return []store.VolumeSnapshot{
 				{BackupUID: uid, Location: location, PersistentVolumeName: "pv-a", ProviderVolumeID: "vol-pv-a", SnapshotID: id, Phase: "Completed"},
@@ -163,9 +165,9 @@ var _ = Describe("The VolumeSnapshot reconciler", Label("envtest"), func() {
 		g.Expect(op.Spec.Resource).To(Equal(itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumes", Name: "pv-a"}))
 		g.Expect(op.OwnerReferences).To(HaveLen(1))
 
-		g.Eventually(phaseOf(&op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
-		g.Expect(get(g, &op).Status.Progress).To(MatchRegexp(`/3Mi \(\d+%\)$`))
-		g.Eventually(phaseOf(&op), 10*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCompleted))
+		g.Eventually(phaseOf(&op), 10*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
+		g.Expect(get(g, &op).Status.Progress).To(MatchRegexp(`/12Mi \(\d+%\)$`))
+		g.Eventually(phaseOf(&op), time.Minute, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCompleted))
 		g.Eventually(func(g Gomega) []string { return parentReasons(g, backup) }, 5*time.Second).Should(ContainElements("VolumeSnapshotsIngested", "VolumeSnapshotsDurable"))
 		g.Expect(backupPhase(g, backup)).To(Equal(velerov1api.BackupPhaseCompleted), "a snapshot never moves the Backup")
 		g.Expect(pluginState(t, id).ProgressCalls).To(BeNumerically(">=", 2))

@@ -79,9 +79,11 @@ func (m *manager) stop(sig syscall.Signal) {
 	_ = m.cmd.Wait()
 }
 
+// buildPlugins builds the sample plugins once, into the suite's own
+// directory (removed at its end).
 var buildPlugins = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "itemops-e2e-plugins-")
-	if err != nil {
+	dir := filepath.Join(suiteDir, "plugins")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	return dir, envtest.BuildSamplePlugins(dir, "sample")

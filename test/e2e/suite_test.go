@@ -33,6 +33,8 @@ import (
 var (
 	env    *envtest.Environment
 	binary string
+	// suiteDir holds the manager and the sample plugins, built once.
+	suiteDir string
 )
 
 func TestE2E(t *testing.T) {
@@ -48,7 +50,8 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
 
-	binary = filepath.Join(GinkgoT().TempDir(), "itemops")
+	suiteDir = GinkgoT().TempDir()
+	binary = filepath.Join(suiteDir, "itemops")
 	build := exec.Command("go", "build", "-o", binary, ".")
 	build.Dir = env.RepoRoot
 	build.Stdout, build.Stderr = GinkgoWriter, os.Stderr
