@@ -386,7 +386,7 @@ var _ = Describe("Bad operation input", Label("envtest"), func() {
 					if row.want.status != nil {
 						row.want.status(g, s)
 					}
-				}, 20*time.Second, 50*time.Millisecond).Should(Succeed())
+				}, testMaxFailures*testCallTimeout+20*time.Second, 50*time.Millisecond).Should(Succeed())
 				if row.want.event != "" {
 					g.Eventually(func(g Gomega) []string { return eventsOf(g, op.Namespace, "ItemOperation", op.Name) }, 5*time.Second).
 						Should(ContainElement(And(HavePrefix(row.want.event+": "), ContainSubstring(row.want.eventMessage))))

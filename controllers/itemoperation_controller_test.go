@@ -330,10 +330,10 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		backup := newBackup(t)
 		id := startUpload(t, map[string]string{sim.AnnotationHangProgress: "true"})
 		op := newOperation(t, backup, "itemops.io/sample-datamover", id)
-		g.Eventually(func(g Gomega) int32 { return get(g, op).Status.PollFailures }, 5*time.Second, 50*time.Millisecond).
+		g.Eventually(func(g Gomega) int32 { return get(g, op).Status.PollFailures }, testCallTimeout+10*time.Second, 50*time.Millisecond).
 			Should(BeNumerically(">=", 1))
 		g.Expect(get(g, op).Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseNew), "one failure does not fail the operation")
-		g.Eventually(phaseOf(op), 15*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseFailed))
+		g.Eventually(phaseOf(op), testMaxFailures*testCallTimeout+20*time.Second, 100*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseFailed))
 		g.Expect(get(g, op).Status.Error).To(ContainSubstring(fmt.Sprintf("progress could not be read %d times in a row", testMaxFailures)))
 	})
 

@@ -47,7 +47,11 @@ const (
 	testUpdateInterval = 2 * time.Second
 	testStallAfter     = 2 * time.Second
 	testMaxFailures    = 3
-	testCallTimeout    = time.Second
+	// testCallTimeout is long enough for a loaded machine: a sample plugin
+	// that exits during a call must be seen exiting (Unavailable, retried)
+	// before the call's deadline (DeadlineExceeded, not retried for a
+	// Cancel). The hung-plugin specs wait testMaxFailures of it.
+	testCallTimeout = 5 * time.Second
 	// testStartTimeout is not the suite's to shorten: a loaded machine
 	// takes seconds to start a plugin process, and a sample plugin that
 	// discovery gave up on is unknown to the specs after it.
