@@ -50,8 +50,14 @@ func indexedInformer(stores *Stores, listed ...itemopsv1alpha1.ItemOperation) (t
 		},
 		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return events, nil },
 	}
-	return stores.NewInformer(lw, &itemopsv1alpha1.ItemOperation{}, 0, toolscache.Indexers{}), events, release
+	return stores.NewInformer(listThenWatch{lw}, &itemopsv1alpha1.ItemOperation{}, 0, toolscache.Indexers{}), events, release
 }
+
+// listThenWatch is a ListWatch that lists, then watches: its watch sends
+// no initial events, so the informer must not stream its list from it.
+type listThenWatch struct{ *toolscache.ListWatch }
+
+func (listThenWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 func operationOf(name, parentUID string, kind itemopsv1alpha1.PluginKind) itemopsv1alpha1.ItemOperation {
 	return itemopsv1alpha1.ItemOperation{

@@ -271,9 +271,9 @@ var _ = Describe("itemops beside a simulated Velero", func() {
 		t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
 
 		first := startManager(t, pluginDir, "--mode=manage", "--leader-elect")
-		g.Eventually(first.output.String, 30*time.Second, 100*time.Millisecond).Should(ContainSubstring("successfully acquired lease"))
+		g.Eventually(first.output.String, 30*time.Second, 100*time.Millisecond).Should(MatchRegexp("(?i)successfully acquired lease"), "client-go's leaderelection says it, capitalised since v0.35")
 		second := startManager(t, pluginDir, "--mode=manage", "--leader-elect")
-		g.Eventually(second.output.String, 30*time.Second, 100*time.Millisecond).Should(ContainSubstring("attempting to acquire leader lease"))
+		g.Eventually(second.output.String, 30*time.Second, 100*time.Millisecond).Should(MatchRegexp("(?i)attempting to acquire leader lease"))
 
 		// Long enough to outlive the first leader.
 		b, _ := waitingBackup(t, "handover", []map[string]string{
@@ -288,7 +288,7 @@ var _ = Describe("itemops beside a simulated Velero", func() {
 
 		first.stop(syscall.SIGKILL)
 		killed := time.Now()
-		g.Eventually(second.output.String, 40*time.Second, 100*time.Millisecond).Should(ContainSubstring("successfully acquired lease"))
+		g.Eventually(second.output.String, 40*time.Second, 100*time.Millisecond).Should(MatchRegexp("(?i)successfully acquired lease"), "client-go's leaderelection says it, capitalised since v0.35")
 		took := time.Since(killed)
 		t.Logf("the standby took over %s after the leader was killed", took.Round(100*time.Millisecond))
 		g.Expect(took).To(BeNumerically("<", 15*time.Second+10*time.Second), "within the lease duration (15s) and a renewal round")
