@@ -103,6 +103,16 @@ test-compat: ## Run itemops beside each Velero release of VELERO_VERSIONS (v1.15
 	  KUBEBUILDER_ASSETS="$$assets" ITEMOPS_VELERO_VERSIONS='$(VELERO_VERSIONS)' ITEMOPS_COMPAT_RESULTS=$(CURDIR)/test/compat/results.md \
 	  PACKAGES=./test/compat LABELS=compat TIMEOUT=90m ARTIFACTS='$(ARTIFACTS)' hack/test.sh
 
+# The Kubernetes releases test-kube runs, oldest first: the newest patch of
+# each minor the module proxy serves. KUBE_CLUSTER=0 leaves out the real
+# one-node cluster (which needs root) at the oldest and the newest.
+KUBE_VERSIONS ?= 1.31.12 1.32.13 1.33.13 1.34.12 1.35.8 1.36.3 1.37.2
+KUBE_CLUSTER  ?= 1
+
+.PHONY: test-kube
+test-kube: ## Run the suites that need only an API server at each Kubernetes release of KUBE_VERSIONS (1.31 to 1.37) beside the Velero release of its era, and the real one-node cluster at the oldest (helm 3) and the newest (helm 4), building each release once per machine; results in test/kube/results.md.
+	KUBE_VERSIONS='$(KUBE_VERSIONS)' KUBE_CLUSTER='$(KUBE_CLUSTER)' LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test-kube.sh
+
 # FUZZTIME bounds each fuzz target of test-chaos; CHAOS_DURATION, CHAOS_BACKUPS
 # and CHAOS_OPERATIONS size its chaos run (make test runs 40s, 6 × 8).
 FUZZTIME ?= 1m

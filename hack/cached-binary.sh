@@ -7,7 +7,7 @@
 #   hack/cached-binary.sh velero                 # Velero's cmd/velero (with Velero's kopia fork)
 #   hack/cached-binary.sh versitygw              # versitygw, an S3-compatible server
 #   hack/cached-binary.sh velero-plugin-for-aws  # the AWS ObjectStore/VolumeSnapshotter plugin
-#   hack/cached-binary.sh helm                   # the helm v3 CLI, to lint and render the chart
+#   hack/cached-binary.sh helm                   # the helm CLI (HELM_VERSION: 3.x or 4.x), to lint, render and install the chart
 #
 # Every binary is static (CGO_ENABLED=0), as the projects' own images build
 # them: the same file runs on this machine and in the images test/cluster
@@ -58,16 +58,24 @@ case "${name}" in
     cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/plugins"
     ;;
   helm)
-    version="${HELM_VERSION:-3.19.5}"
-    module="helm.sh/helm/v3"
-    pkg="helm.sh/helm/v3/cmd/helm"
+    # HELM_VERSION picks helm 3 or helm 4 by its major.
+    version="${HELM_VERSION:-3.22.0}"
+    major="${version%%.*}"
+    module="helm.sh/helm/v${major}"
+    pkg="${module}/cmd/helm"
     replaces=()
-    # As helm's own Makefile does: the Kubernetes version helm assumes when
-    # it is not talking to a cluster (template, lint) is its client-go's.
-    ldflags="-X helm.sh/helm/v3/internal/version.version=v${version}"
-    for pkg_var in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
-      ldflags+=" -X ${pkg_var}.k8sVersionMajor=1 -X ${pkg_var}.k8sVersionMinor=34"
-    done
+    ldflags="-X ${module}/internal/version.version=v${version}"
+    if [[ "${major}" == 3 ]]; then
+      # As helm 3's own Makefile does: the Kubernetes version it assumes
+      # when it is not talking to a cluster (template, lint) is that of the
+      # client-go its go.mod requires. Helm 4 reads it from its build.
+      helm_gomod="$(GOWORK=off GOFLAGS=-mod=mod go mod download -json "${module}@v${version}" \
+        | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
+      kube_minor="$(sed -n 's/^[[:space:]]*k8s\.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "${helm_gomod}")"
+      for pkg_var in ${module}/pkg/lint/rules ${module}/pkg/chartutil; do
+        ldflags+=" -X ${pkg_var}.k8sVersionMajor=1 -X ${pkg_var}.k8sVersionMinor=${kube_minor}"
+      done
+    fi
     ;;
   *)
     echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws, helm" >&2

@@ -57,6 +57,39 @@ mkdir -p "${stage}"
 # Pinned module graph only; never consult or edit a parent go.work.
 export GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
 
+# staging_version prints the release of a staging module to build with: the
+# one of the same number as Kubernetes, or, when the module proxy does not
+# serve that one (k8s.io/dynamic-resource-allocation v0.31.12), the nearest
+# patch release of the same minor it serves, the older one first.
+staging_version() { # module version
+  local module="$1" want="$2"
+  if go mod download "${module}@${want}" >/dev/null 2>&1; then
+    echo "${want}"
+    return
+  fi
+  local prefix="${want%.*}" patch="${want##*.}" v best="" dist bestdist=1000000
+  for v in $(go list -m -versions "${module}" | tr ' ' '\n' | grep -E "^${prefix//./\\.}\\.[0-9]+$"); do
+    dist=$((${v##*.} - patch))
+    ((dist < 0)) && dist=$((-2 * dist)) || dist=$((2 * dist + 1))
+    if ((dist < bestdist)) && go mod download "${module}@${v}" >/dev/null 2>&1; then
+      best="${v}" bestdist="${dist}"
+    fi
+  done
+  if [[ -z "${best}" ]]; then
+    # No source of that minor at all (k8s.io/sample-apiserver v0.31): its
+    # go.mod is enough for a module no command imports.
+    if go list -m "${module}@${want}" >/dev/null 2>&1; then
+      echo "${module} ${want} has no source served; only its go.mod is used" >&2
+      echo "${want}"
+      return
+    fi
+    echo "the module proxy serves no ${prefix}.x of ${module}" >&2
+    exit 1
+  fi
+  echo "${module} ${want} is not served; building with ${best}" >&2
+  echo "${best}"
+}
+
 build_kubernetes() {
   local dir="${work}/kubernetes"
   mkdir -p "${dir}"
@@ -74,11 +107,12 @@ build_kubernetes() {
       echo "could not read the staging modules of k8s.io/kubernetes v${KUBE_VERSION}" >&2
       exit 1
     fi
-    local minor="${KUBE_VERSION#*.}"
+    local minor="${KUBE_VERSION#*.}" m replaces=()
+    for m in ${staging}; do replaces+=("  ${m} => ${m} $(staging_version "${m}" "v0.${minor}")"); done
     {
       echo "require k8s.io/kubernetes v${KUBE_VERSION}"
       echo "replace ("
-      for m in ${staging}; do echo "  ${m} => ${m} v0.${minor}"; done
+      printf '%s\n' "${replaces[@]}"
       echo ")"
     } >> go.mod
     local c pkgs=()

@@ -29,8 +29,11 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,6 +73,15 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	bins, err := stack.FindBinaries(ctx, root)
 	Expect(err).NotTo(HaveOccurred(), "building what the cluster runs")
 	Expect(localcluster.CheckPrerequisites(bins.KubeDir)).To(Succeed())
+	// The helm that installs and upgrades the chart: HELM_VERSION's (make
+	// test-kube runs helm 3 and helm 4), v3.22.0 by default.
+	helmVersion, err := exec.CommandContext(ctx, bins.Helm, "version", "--short").Output()
+	Expect(err).NotTo(HaveOccurred())
+	fmt.Fprintf(GinkgoWriter, "helm %s", helmVersion)
+	if want := os.Getenv("HELM_VERSION"); want != "" {
+		release, _, _ := strings.Cut(strings.TrimSpace(string(helmVersion)), "+")
+		Expect(release).To(Equal("v"+want), "the helm HELM_VERSION asks for")
+	}
 
 	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: bins.KubeDir, Log: GinkgoWriter})
 	Expect(err).NotTo(HaveOccurred(), "bringing the cluster up")
