@@ -23,13 +23,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -42,6 +45,7 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/controllers"
 	"github.com/itemops/itemops/internal/kube"
+	"github.com/itemops/itemops/internal/kubeversion"
 	"github.com/itemops/itemops/internal/metrics"
 	"github.com/itemops/itemops/internal/options"
 	"github.com/itemops/itemops/internal/plugin"
@@ -235,6 +239,8 @@ func main() {
 		}
 	}
 
+	reportKubernetesVersion(cfg, mgr.GetHTTPClient())
+
 	// Which Velero runs, and which serves the built-in plugins: reported
 	// once by the leader (docs/velero.md, "Velero releases").
 	builtinPlugins := filepath.Join(opts.PluginDir, "velero")
@@ -267,4 +273,28 @@ func main() {
 		log.Error(err, "running the manager")
 		os.Exit(1)
 	}
+}
+
+// reportKubernetesVersion says at start which Kubernetes the API server runs
+// and whether itemops is tested there: the one gate kustomize and
+// dist/install.yaml users see (the chart's kubeVersion is helm's). It never
+// stops itemops.
+func reportKubernetesVersion(cfg *rest.Config, httpClient *http.Client) {
+	log := ctrl.Log.WithName("kubernetes-version")
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		log.Error(err, "reading the API server's version")
+		return
+	}
+	info, err := dc.ServerVersion()
+	if err != nil {
+		log.Error(err, "reading the API server's version")
+		return
+	}
+	support, why := kubeversion.Assess(info.GitVersion)
+	if support == kubeversion.Unsupported {
+		log.Error(nil, why, "version", info.GitVersion, "support", support)
+		return
+	}
+	log.Info("Kubernetes' release", "version", info.GitVersion, "support", support, "why", why)
 }

@@ -18,6 +18,7 @@ package chart
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,6 +158,26 @@ var _ = Describe("The chart", Ordered, func() {
 				NewWithT(t).Expect(out).To(ContainSubstring("0 chart(s) failed"))
 			})
 		}
+	})
+
+	It("refuses a Kubernetes older than its kubeVersion, with helm's message", func() {
+		g := NewWithT(GinkgoT())
+		raw, err := os.ReadFile(filepath.Join(chartDir, "Chart.yaml"))
+		g.Expect(err).NotTo(HaveOccurred())
+		var chart struct {
+			KubeVersion string `json:"kubeVersion"`
+		}
+		g.Expect(yaml.Unmarshal(raw, &chart)).To(Succeed())
+		var oldest int
+		_, err = fmt.Sscanf(chart.KubeVersion, ">=1.%d.0-0", &oldest)
+		g.Expect(err).NotTo(HaveOccurred(), "kubeVersion %q", chart.KubeVersion)
+
+		older := fmt.Sprintf("v1.%d.14", oldest-1)
+		out, err := helm("template", "itemops", chartDir, "--kube-version", older)
+		g.Expect(err).To(HaveOccurred(), "rendered for Kubernetes %s", older)
+		g.Expect(out).To(ContainSubstring("chart requires kubeVersion: " + chart.KubeVersion + " which is incompatible with Kubernetes " + older))
+		_, err = helm("template", "itemops", chartDir, "--kube-version", fmt.Sprintf("v1.%d.0", oldest))
+		g.Expect(err).NotTo(HaveOccurred())
 	})
 
 	Describe("values schema rejects bad values", func() {

@@ -28,6 +28,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/itemops/itemops/internal/kubeversion"
 )
 
 // row is one Kubernetes release of the results table.
@@ -108,14 +110,28 @@ func TestChartKubeVersionIsTheOldestThatPassed(t *testing.T) {
 	}
 }
 
-func TestREADMENamesTheReleasesThatPassed(t *testing.T) {
+func TestDocsNameTheReleasesThatPassed(t *testing.T) {
 	oldest, newest := supported(t, readResults(t))
-	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
+	for _, doc := range []struct{ path, says, link string }{
+		{"README.md", "Kubernetes 1.%d–1.%d", "(test/kube/results.md)"},
+		{"docs/install.md", "| Kubernetes | 1.%d to 1.%d |", "(../test/kube/results.md)"},
+		{"charts/itemops/README.md", "tested on 1.%d to 1.%d", "(../../test/kube/results.md)"},
+	} {
+		raw, err := os.ReadFile(filepath.Join("..", "..", doc.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf(doc.says, oldest, newest)
+		if !strings.Contains(string(raw), want) || !strings.Contains(string(raw), doc.link) {
+			t.Errorf("%s does not say %q with a link to test/kube/results.md", doc.path, want)
+		}
 	}
-	want := fmt.Sprintf("Kubernetes 1.%d–1.%d", oldest, newest)
-	if !strings.Contains(string(raw), want) || !strings.Contains(string(raw), "(test/kube/results.md)") {
-		t.Errorf("the README does not say %q with a link to test/kube/results.md", want)
+}
+
+func TestItemopsNamesTheReleasesThatPassed(t *testing.T) {
+	oldest, newest := supported(t, readResults(t))
+	if kubeversion.OldestMinor != oldest || kubeversion.NewestMinor != newest {
+		t.Errorf("internal/kubeversion says 1.%d to 1.%d at start; make test-kube passed 1.%d to 1.%d",
+			kubeversion.OldestMinor, kubeversion.NewestMinor, oldest, newest)
 	}
 }
