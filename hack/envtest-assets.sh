@@ -13,7 +13,7 @@
 # binaries there too). Progress goes to stderr; stdout is the directory.
 set -euo pipefail
 
-KUBE_VERSION="${ENVTEST_KUBE_VERSION:-1.34.4}"
+KUBE_VERSION="${ENVTEST_KUBE_VERSION:-1.37.2}"
 ETCD_VERSION="${ENVTEST_ETCD_VERSION:-3.6.16}"
 
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
