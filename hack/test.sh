@@ -54,7 +54,10 @@ done
 mkdir -p "$ARTIFACTS"
 rm -f "$ARTIFACTS"/*_junit.xml
 flags=(--timeout="$TIMEOUT" --keep-going --keep-separate-reports --output-dir="$ARTIFACTS" --junit-report=junit.xml)
-gotest=(go test -count=1 -timeout 20m)
+# The plain packages' timeout guards against a hang, not a slow machine:
+# test/release builds every platform's binaries and the image, which took
+# 20 minutes on two cores with other builds beside it.
+gotest=(go test -count=1 -timeout 45m)
 if [[ "$RACE" == 1 ]]; then
   # go-plugin itself is built without race instrumentation: the race runtime
   # reports a race between its Client.Client and the goroutine its Start
