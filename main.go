@@ -21,6 +21,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"net/http"
@@ -38,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -81,6 +83,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "invalid flags:\n%v\n", err)
 		os.Exit(2)
 	}
+	metricsOpts, err := metricsServer(opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "invalid flags:\n%v\n", err)
+		os.Exit(2)
+	}
 
 	ctrl.SetLogger(kube.DeferValues(zap.New(zap.UseFlagOptions(&zapOpts))))
 	log := ctrl.Log.WithName("setup")
@@ -114,7 +121,7 @@ func main() {
 		// Every read of the namespaced cache asks whether the kind is
 		// namespaced: answered once per kind (docs/controllers.md).
 		MapperProvider:          kube.NewDynamicMemoizedMapper,
-		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
+		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
 		PprofBindAddress:        opts.PprofBindAddress,
 		LeaderElection:          opts.LeaderElect,
@@ -273,6 +280,31 @@ func main() {
 		log.Error(err, "running the manager")
 		os.Exit(1)
 	}
+}
+
+// metricsServer serves metrics, by default over HTTPS with HTTP/2 off (its
+// stream resets and rapid resets cost the server, CVE-2023-44487) to callers
+// the API server authenticates and allows to get /metrics: every scrape
+// walks every ItemOperation, and the output names plugins and binaries.
+func metricsServer(opts options.Options) (metricsserver.Options, error) {
+	server := metricsserver.Options{BindAddress: opts.MetricsBindAddress}
+	if !opts.MetricsSecure {
+		return server, nil
+	}
+	server.SecureServing = true
+	if opts.MetricsCertDir != "" {
+		// controller-runtime falls back to a self-signed certificate when
+		// the files are missing, and does not start serving when they are
+		// not a key pair: either is said at once.
+		crt, key := filepath.Join(opts.MetricsCertDir, "tls.crt"), filepath.Join(opts.MetricsCertDir, "tls.key")
+		if _, err := tls.LoadX509KeyPair(crt, key); err != nil {
+			return server, fmt.Errorf("--metrics-cert-dir %s: no certificate and key to serve metrics with: %w", opts.MetricsCertDir, err)
+		}
+		server.CertDir = opts.MetricsCertDir
+	}
+	server.FilterProvider = filters.WithAuthenticationAndAuthorization
+	server.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	return server, nil
 }
 
 // reportKubernetesVersion says at start which Kubernetes the API server runs

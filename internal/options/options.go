@@ -91,6 +91,15 @@ type Options struct {
 
 	// MetricsBindAddress serves Prometheus metrics; "0" turns them off.
 	MetricsBindAddress string
+	// MetricsSecure serves metrics over HTTPS (HTTP/2 off) to callers whose
+	// token the API server accepts (TokenReview) and who may get /metrics
+	// (SubjectAccessReview). Off, they are plain HTTP to anyone who can
+	// reach the port.
+	MetricsSecure bool
+	// MetricsCertDir holds the metrics server's tls.crt and tls.key,
+	// reloaded when they change; empty, a self-signed certificate is made
+	// at start and kept in memory.
+	MetricsCertDir string
 	// HealthProbeBindAddress serves /healthz and /readyz.
 	HealthProbeBindAddress string
 	// PprofBindAddress serves Go's /debug/pprof profiles; "0" (the default)
@@ -142,7 +151,8 @@ func New() Options {
 		MaxProgressFailures:     5,
 		StallAfter:              15 * time.Minute,
 		CredentialsDir:          filepath.Join(os.TempDir(), "itemops-credentials"),
-		MetricsBindAddress:      ":8080",
+		MetricsBindAddress:      ":8443",
+		MetricsSecure:           true,
 		HealthProbeBindAddress:  ":8081",
 		PprofBindAddress:        "0",
 		ETAPolling:              true,
@@ -166,6 +176,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.StallAfter, "stall-after", o.StallAfter, "how long progress may stand still before an operation is marked Stalled")
 	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "writable directory where BackupStorageLocation credentials are put for the ObjectStore plugins (mode 0600)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus metrics endpoint; 0 turns it off")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "serve metrics over HTTPS only to callers the API server authenticates and allows to get /metrics; false serves plain HTTP to anyone who can reach the port")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", o.MetricsCertDir, "directory with the metrics server's tls.crt and tls.key (reloaded when they change); empty: a self-signed certificate made at start")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, "address of the /healthz and /readyz endpoints")
 	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", o.PprofBindAddress, "address of Go's /debug/pprof profiles; 0 turns them off")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "elect one active manager among replicas (a Lease in the Velero namespace)")
@@ -225,6 +237,9 @@ func (o Options) Validate() error {
 		if !strings.HasPrefix(arg, "-") {
 			errs = append(errs, fmt.Errorf("--plugin-args: %q is not a flag: plugins take only flags, as velero server passes them", arg))
 		}
+	}
+	if o.MetricsCertDir != "" && !o.MetricsSecure {
+		errs = append(errs, errors.New("--metrics-cert-dir needs --metrics-secure: plain HTTP uses no certificate"))
 	}
 	if o.HealthProbeBindAddress == "" {
 		errs = append(errs, errors.New("--health-probe-bind-address must be set: the liveness and readiness probes need it"))

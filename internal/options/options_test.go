@@ -50,6 +50,9 @@ func TestDefaultsAreValid(t *testing.T) {
 	g.Expect(o.StallAfter).To(Equal(15 * time.Minute))
 	g.Expect(o.LeaderElect).To(BeFalse())
 	g.Expect(o.PprofBindAddress).To(Equal("0"))
+	g.Expect(o.MetricsBindAddress).To(Equal(":8443"))
+	g.Expect(o.MetricsSecure).To(BeTrue(), "metrics are authenticated unless turned off")
+	g.Expect(o.MetricsCertDir).To(BeEmpty())
 }
 
 func TestFlagsAreParsed(t *testing.T) {
@@ -59,7 +62,7 @@ func TestFlagsAreParsed(t *testing.T) {
 		"--progress-update-interval=1m", "--max-progress-failures=3", "--stall-after=30m",
 		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--pprof-bind-address=127.0.0.1:6060", "--leader-elect",
 		"--credentials-dir=/run/itemops/credentials", "--kube-api-qps=500", "--kube-api-burst=1000",
-		"--eta-polling", "--min-poll-interval=500ms", "--status-write-qps=20",
+		"--eta-polling", "--min-poll-interval=500ms", "--status-write-qps=20", "--metrics-cert-dir=/certs",
 		"--plugin-args=--features=EnableCSI,EnableAPIGroupVersions --log-level=debug", "--plugin-args", "--client-qps=50")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(o).To(Equal(Options{
@@ -74,6 +77,8 @@ func TestFlagsAreParsed(t *testing.T) {
 		StallAfter:              30 * time.Minute,
 		CredentialsDir:          "/run/itemops/credentials",
 		MetricsBindAddress:      "0",
+		MetricsSecure:           true,
+		MetricsCertDir:          "/certs",
 		HealthProbeBindAddress:  "127.0.0.1:9440",
 		PprofBindAddress:        "127.0.0.1:6060",
 		LeaderElect:             true,
@@ -106,6 +111,7 @@ func TestBadValuesAreRejectedWithTheirFlag(t *testing.T) {
 		{"zero concurrency", []string{"--max-concurrent-reconciles=0"}, []string{"--max-concurrent-reconciles must be at least 1, got 0"}},
 		{"zero failure budget", []string{"--max-progress-failures=0"}, []string{"--max-progress-failures must be at least 1, got 0"}},
 		{"no probe address", []string{"--health-probe-bind-address="}, []string{"--health-probe-bind-address must be set"}},
+		{"certificate for plain HTTP", []string{"--metrics-secure=false", "--metrics-cert-dir=/certs"}, []string{"--metrics-cert-dir needs --metrics-secure"}},
 		{"zero API rate", []string{"--kube-api-qps=0"}, []string{"--kube-api-qps must be at least 1, got 0"}},
 		{"plugin argument not a flag", []string{"--plugin-args=server --features=EnableCSI"}, []string{`--plugin-args: "server" is not a flag`}},
 		{

@@ -19,15 +19,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +36,7 @@ import (
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
 	"github.com/itemops/itemops/test/proc"
+	"github.com/itemops/itemops/test/scrape"
 	"github.com/itemops/itemops/test/veleroenv"
 )
 
@@ -150,7 +148,7 @@ func dataMoverRun(ctx context.Context, root string, cfg config) (*dataMoverResul
 	res.timedOut = finalized.count() < len(backups)
 	res.peakRSS = max(res.peakRSS, proc.HighWaterMark(p.cmd.Process.Pid))
 	res.cpu, res.pluginCPU = last.cpuSeconds, last.pluginCPU
-	if res.calls, err = progressCalls(p.metricsAddr, dataMoverPlugin); err != nil {
+	if res.calls, err = progressCalls(p, dataMoverPlugin); err != nil {
 		return nil, err
 	}
 	p.stop()
@@ -331,26 +329,12 @@ func watchEnded(ctx context.Context, c client.WithWatch) *firstSeen {
 
 // progressCalls reads from itemops' metrics how many Progress calls it made
 // to a plugin.
-func progressCalls(metricsAddr, plugin string) (float64, error) {
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+func progressCalls(p *itemops, plugin string) (float64, error) {
+	families, err := scrape.Get(p.metrics, "https://"+p.metricsAddr+"/metrics")
 	if err != nil {
 		return 0, fmt.Errorf("reading itemops' metrics: %w", err)
 	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	total := 0.0
-	for _, m := range families["itemops_progress_calls_total"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "plugin" && l.GetValue() == plugin {
-				total += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return total, nil
+	return families.Sum("itemops_progress_calls_total", map[string]string{"plugin": plugin}), nil
 }
 
 func (r *dataMoverResult) summary() string {

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,6 +188,8 @@ func (h *harness) startTransfers(ops []operation, shape string, t0 time.Time) er
 type itemops struct {
 	cmd         *exec.Cmd
 	metricsAddr string
+	// metrics reads them as Prometheus would, with a reader's token.
+	metrics *http.Client
 	// pprofAddr serves itemops' profiles when the run is profiled.
 	pprofAddr string
 	log       *os.File
@@ -203,6 +206,10 @@ func (h *harness) startItemops(cfg config, extra ...string) (*itemops, error) {
 		return nil, err
 	}
 	probes, err := freeAddress()
+	if err != nil {
+		return nil, err
+	}
+	token, err := scrape.ReaderToken(context.Background(), h.fast, envtest.VeleroNamespace)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +238,7 @@ func (h *harness) startItemops(cfg config, extra ...string) (*itemops, error) {
 		log.Close()
 		return nil, err
 	}
-	return &itemops{cmd: cmd, metricsAddr: metricsAddr, pprofAddr: pprofAddr, log: log, started: time.Now()}, nil
+	return &itemops{cmd: cmd, metricsAddr: metricsAddr, metrics: scrape.Client(token), pprofAddr: pprofAddr, log: log, started: time.Now()}, nil
 }
 
 // lastEndOf is the last plugin-side completion of ops, t0 at the earliest.
@@ -529,7 +536,7 @@ const scrapeInterval = 30 * time.Second
 // scrape reads itemops' metrics as Prometheus would, and appends the work
 // queue's counts to counts.
 func (p *itemops) scrape(counts []queueCounts) []queueCounts {
-	f, err := scrape.Get(nil, "http://"+p.metricsAddr+"/metrics")
+	f, err := scrape.Get(p.metrics, "https://"+p.metricsAddr+"/metrics")
 	if err != nil {
 		return counts
 	}

@@ -42,6 +42,7 @@ import (
 	"github.com/itemops/itemops/test/plugins/sim"
 	"github.com/itemops/itemops/test/replicas"
 	"github.com/itemops/itemops/test/s3"
+	"github.com/itemops/itemops/test/scrape"
 	"github.com/itemops/itemops/test/veleroenv"
 )
 
@@ -102,7 +103,9 @@ var _ = Describe("itemops under faults", func() {
 		w := newWatcher(env)
 		go w.follow(ctx)
 
-		cl := &replicas.Cluster{Binary: binary, Work: work, Env: []string{sim.EnvStateDir + "=" + stateDir},
+		metricsToken, err := scrape.ReaderToken(ctx, env.Config, envtest.VeleroNamespace)
+		g.Expect(err).NotTo(HaveOccurred())
+		cl := &replicas.Cluster{Binary: binary, Work: work, MetricsToken: metricsToken, Env: []string{sim.EnvStateDir + "=" + stateDir},
 			Args: []string{"--kubeconfig=" + venv.Kubeconfig, "--mode=manage", "--velero-namespace=" + envtest.VeleroNamespace,
 				"--plugin-dir=" + pluginDir, "--sync-frequency=1s", "--progress-update-interval=2s",
 				"--plugin-call-timeout=2s", "--max-progress-failures=12", "--zap-log-level=debug"}}

@@ -30,6 +30,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -316,6 +317,18 @@ var _ = Describe("The chart", Ordered, func() {
 				for _, obj := range find(objects, "Role") {
 					g.Expect(obj.GetNamespace()).To(Equal(envtest.VeleroNamespace), "every Role is in Velero's namespace")
 				}
+				// Authenticated metrics: the manager may only ask the API
+				// server who a scraper is and whether it may read /metrics;
+				// readers may get /metrics and nothing else.
+				g.Expect(clusterRoles["itemops-metrics-auth"]).To(ConsistOf(
+					rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+					rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+				))
+				g.Expect(clusterRoles["itemops-metrics-reader"]).To(ConsistOf(
+					rbacv1.PolicyRule{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}},
+				))
+				delete(clusterRoles, "itemops-metrics-auth")
+				delete(clusterRoles, "itemops-metrics-reader")
 				for name, rs := range merge(roles, clusterRoles) {
 					for _, r := range rs {
 						for _, field := range [][]string{r.Verbs, r.Resources, r.APIGroups} {
@@ -437,6 +450,90 @@ var _ = Describe("The chart", Ordered, func() {
 				To(Equal([]string{"list"}), tag)
 		}
 		g.Expect(verbsOn(rules(g, render(t, "--set", "builtinPlugins.image.tag=v1.19.0"), "ClusterRole")["itemops-plugins"], "velero.io", "datauploads")).To(BeEmpty())
+	})
+
+	// Metrics are served over HTTPS to readers the API server vouches for,
+	// unless the user turns it off; a certificate of one's own is mounted,
+	// cert-manager may issue it, and a NetworkPolicy is opt-in.
+	It("metrics are authenticated unless turned off", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		podSpec := func(objects []*unstructured.Unstructured) *corev1.PodSpec {
+			deployments := find(objects, "Deployment")
+			g.Expect(deployments).To(HaveLen(1))
+			d := &appsv1.Deployment{}
+			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(deployments[0].Object, d)).To(Succeed())
+			return &d.Spec.Template.Spec
+		}
+		endpoint := func(objects []*unstructured.Unstructured) map[string]any {
+			monitors := find(objects, "ServiceMonitor")
+			g.Expect(monitors).To(HaveLen(1))
+			endpoints, _, _ := unstructured.NestedSlice(monitors[0].Object, "spec", "endpoints")
+			g.Expect(endpoints).To(HaveLen(1))
+			return endpoints[0].(map[string]any)
+		}
+
+		secure := render(t, "--set", "metrics.serviceMonitor.enabled=true")
+		g.Expect(podSpec(secure).Containers[0].Args).To(ContainElements("--metrics-bind-address=:8443", "--metrics-secure=true"))
+		g.Expect(podSpec(secure).Containers[0].Args).NotTo(ContainElement(HavePrefix("--metrics-cert-dir")), "self-signed")
+		g.Expect(endpoint(secure)).To(And(HaveKeyWithValue("scheme", "https"),
+			HaveKeyWithValue("bearerTokenFile", "/var/run/secrets/kubernetes.io/serviceaccount/token"),
+			HaveKeyWithValue("tlsConfig", map[string]any{"insecureSkipVerify": true})))
+		g.Expect(rules(g, secure, "ClusterRole")).To(HaveKey("itemops-metrics-auth"))
+		for _, binding := range find(secure, "ClusterRoleBinding") {
+			g.Expect(binding.GetName()).NotTo(Equal("itemops-metrics-reader"), "nobody reads the metrics until the user says who")
+		}
+		g.Expect(find(secure, "NetworkPolicy")).To(BeEmpty())
+
+		plain := render(t, "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.secure=false")
+		g.Expect(podSpec(plain).Containers[0].Args).To(ContainElement("--metrics-secure=false"))
+		g.Expect(endpoint(plain)).NotTo(HaveKey("scheme"))
+		g.Expect(rules(g, plain, "ClusterRole")).NotTo(HaveKey("itemops-metrics-auth"))
+		g.Expect(rules(g, plain, "ClusterRole")).NotTo(HaveKey("itemops-metrics-reader"))
+
+		own := podSpec(render(t, "--set", "metrics.tls.secretName=metrics-tls"))
+		g.Expect(own.Containers[0].Args).To(ContainElement("--metrics-cert-dir=/metrics-certs"))
+		g.Expect(own.Containers[0].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "metrics-certs", MountPath: "/metrics-certs", ReadOnly: true}))
+		g.Expect(own.Volumes).To(ContainElement(And(HaveField("Name", "metrics-certs"), HaveField("Secret.SecretName", "metrics-tls"))))
+
+		issued := render(t, "--set", "metrics.tls.certManager.enabled=true", "--set", "metrics.tls.certManager.issuerRef.name=ca")
+		certificates := find(issued, "Certificate")
+		g.Expect(certificates).To(HaveLen(1))
+		secretName, _, _ := unstructured.NestedString(certificates[0].Object, "spec", "secretName")
+		g.Expect(secretName).To(Equal("itemops-metrics-tls"))
+		g.Expect(podSpec(issued).Volumes).To(ContainElement(And(HaveField("Name", "metrics-certs"), HaveField("Secret.SecretName", "itemops-metrics-tls"))))
+		out, err := helm("template", "itemops", chartDir, "--set", "metrics.tls.certManager.enabled=true")
+		g.Expect(err).To(HaveOccurred())
+		g.Expect(out).To(ContainSubstring("metrics.tls.certManager.issuerRef.name names the cert-manager Issuer"))
+
+		readers := render(t, "--set", "metrics.readers[0].kind=ServiceAccount", "--set", "metrics.readers[0].name=prometheus-k8s",
+			"--set", "metrics.readers[0].namespace=monitoring")
+		bindings := find(readers, "ClusterRoleBinding")
+		var reader *rbacv1.ClusterRoleBinding
+		for _, b := range bindings {
+			if b.GetName() == "itemops-metrics-reader" {
+				reader = &rbacv1.ClusterRoleBinding{}
+				g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(b.Object, reader)).To(Succeed())
+			}
+		}
+		g.Expect(reader).NotTo(BeNil())
+		g.Expect(reader.RoleRef.Name).To(Equal("itemops-metrics-reader"))
+		g.Expect(reader.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus-k8s", Namespace: "monitoring"}}))
+
+		policies := find(render(t, "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsNamespaces={monitoring}"), "NetworkPolicy")
+		g.Expect(policies).To(HaveLen(1))
+		policy := &networkingv1.NetworkPolicy{}
+		g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(policies[0].Object, policy)).To(Succeed())
+		g.Expect(policy.Spec.PolicyTypes).To(Equal([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress}))
+		g.Expect(policy.Spec.Ingress).To(HaveLen(2))
+		g.Expect(policy.Spec.Ingress[0].From).To(BeEmpty(), "the kubelet's probes")
+		g.Expect(policy.Spec.Ingress[0].Ports[0].Port.String()).To(Equal("health"))
+		g.Expect(policy.Spec.Ingress[1].Ports[0].Port.String()).To(Equal("metrics"))
+		g.Expect(policy.Spec.Ingress[1].From[0].NamespaceSelector.MatchExpressions[0].Values).To(Equal([]string{"monitoring"}))
+		closed := find(render(t, "--set", "networkPolicy.enabled=true"), "NetworkPolicy")
+		g.Expect(closed).To(HaveLen(1))
+		ingress, _, _ := unstructured.NestedSlice(closed[0].Object, "spec", "ingress")
+		g.Expect(ingress).To(HaveLen(1), "no namespace named: nobody reaches the metrics")
 	})
 
 	// A location whose spec.credential names none is reached with Velero's

@@ -18,6 +18,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -295,18 +296,36 @@ func watchExit(ctx context.Context, kind, name string) int {
 	return exit.ExitCode()
 }
 
-// scrape reads itemops' metrics through the metrics Service, from the host.
+// metricsToken is the token of the ServiceAccount docs/metrics.md binds to
+// the chart's metrics-reader ClusterRole, as Prometheus' would be.
+var metricsToken string
+
+// scrape reads itemops' metrics through the metrics Service, from the
+// host, as Prometheus does: over HTTPS with a metrics reader's token.
 func scrape(g Gomega) string {
+	code, body := scrapeAs(g, metricsToken)
+	g.Expect(code).To(Equal(http.StatusOK), body)
+	return body
+}
+
+// scrapeAs reads the metrics with a token (none when empty) and returns
+// the status and the body.
+func scrapeAs(g Gomega, token string) (int, string) {
 	svc := &corev1.Service{}
 	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: stack.Release + "-metrics"}, svc)).To(Succeed())
-	httpClient := &http.Client{Timeout: 5 * time.Second}
-	resp, err := httpClient.Get(fmt.Sprintf("http://%s:%d/metrics", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port))
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://%s:%d/metrics", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	// The chart's certificate is self-signed, as the ServiceMonitor takes it.
+	httpClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed, on this node
+	resp, err := httpClient.Do(req)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
-	return string(body)
+	return resp.StatusCode, string(body)
 }
 
 var _ = Describe("itemops installed by the README beside velero install", Ordered, func() {
@@ -373,7 +392,14 @@ var _ = Describe("itemops installed by the README beside velero install", Ordere
 			MatchRegexp(`Phase:\s+Failed`),
 			Not(MatchRegexp(`Phase:\s+(New|InProgress)`)),
 		))
-		By("scraping the metrics through the metrics Service")
+		By("scraping the metrics through the metrics Service: nothing without a token, all with a reader's")
+		Eventually(func(g Gomega) int {
+			code, body := scrapeAs(g, "")
+			g.Expect(body).NotTo(ContainSubstring("itemops_"))
+			return code
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Equal(http.StatusUnauthorized))
+		Expect(s.RunDoc(ctx, "docs/metrics.md", "metrics-reader")).To(Succeed())
+		metricsToken = strings.TrimSpace(run(ctx, "kubectl create token metrics-reader -n velero"))
 		Eventually(scrape).WithContext(ctx).WithTimeout(time.Minute).Should(And(
 			MatchRegexp(`itemops_operations\{[^}]*phase="Failed"[^}]*plugin="`+sampleDatamover+`"[^}]*\} 1`),
 			MatchRegexp(`itemops_operations\{[^}]*phase="Completed"[^}]*plugin="`+csiBackupper+`"[^}]*\} 2`),

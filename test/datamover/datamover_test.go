@@ -17,14 +17,10 @@ limitations under the License.
 package datamover
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +40,7 @@ import (
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/proc"
 	"github.com/itemops/itemops/test/s3"
+	"github.com/itemops/itemops/test/scrape"
 	"github.com/itemops/itemops/test/veleroenv"
 )
 
@@ -115,22 +112,14 @@ func startItemops(t testing.TB, mode string, extra ...string) *itemops {
 	return &itemops{Process: proc.Start(t, "itemops", exec.Command(itemopsBinary, args...)), metrics: metrics}
 }
 
-// cancelCalls sums itemops_cancel_calls_total of a plugin.
+// cancelCalls sums itemops_cancel_calls_total of a plugin, read as a
+// metrics reader.
 func (i *itemops) cancelCalls(g Gomega, plugin string) int {
-	resp, err := http.Get("http://" + i.metrics + "/metrics")
+	token, err := scrape.ReaderToken(context.Background(), env.Config, envtest.VeleroNamespace)
 	g.Expect(err).NotTo(HaveOccurred())
-	defer resp.Body.Close()
-	total := 0
-	s := bufio.NewScanner(resp.Body)
-	for s.Scan() {
-		line := s.Text()
-		if strings.HasPrefix(line, "itemops_cancel_calls_total{") && strings.Contains(line, `plugin="`+plugin+`"`) {
-			n, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
-			g.Expect(err).NotTo(HaveOccurred())
-			total += int(n)
-		}
-	}
-	return total
+	families, err := scrape.Get(scrape.Client(token), "https://"+i.metrics+"/metrics")
+	g.Expect(err).NotTo(HaveOccurred())
+	return int(max(0, families.Sum("itemops_cancel_calls_total", map[string]string{"plugin": plugin})))
 }
 
 func backup(t testing.TB, name, namespace string) *velerov1api.Backup {

@@ -193,8 +193,9 @@ var _ = Describe("itemops beside a simulated Velero", func() {
 			}
 		}
 		g.Expect(phases[itemopsv1alpha1.OperationPhaseInProgress]).To(Equal(1))
+		reader := metricsReader(t)
 		g.Eventually(func(g Gomega) string {
-			_, body, err := get("http://" + address + "/metrics")
+			_, body, err := getWith(reader, "https://"+address+"/metrics")
 			g.Expect(err).NotTo(HaveOccurred())
 			// Only itemops' own series, so that a failure shows them.
 			var own []string
@@ -244,8 +245,9 @@ var _ = Describe("itemops beside a simulated Velero", func() {
 		g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
 			Should(ContainElement(itemopsv1alpha1.OperationPhaseCanceled), "manager output:\n%s", m.output.String())
 
+		reader := metricsReader(t)
 		g.Eventually(func(g Gomega) []string {
-			families, err := scrape.Get(nil, "http://"+address+"/metrics")
+			families, err := scrape.Get(reader, "https://"+address+"/metrics")
 			g.Expect(err).NotTo(HaveOccurred())
 			var missing []string
 			for i, q := range queries {

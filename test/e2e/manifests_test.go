@@ -107,7 +107,7 @@ var _ = Describe("The install manifests", func() {
 					g.Expect(kinds).To(HaveKeyWithValue("ServiceAccount", 1))
 					g.Expect(kinds).To(HaveKeyWithValue("Role", 3))
 					g.Expect(kinds).To(HaveKeyWithValue("RoleBinding", 3))
-					g.Expect(kinds).To(HaveKeyWithValue("ClusterRoleBinding", 1), "Velero's built-in plugins read VolumeSnapshots")
+					g.Expect(kinds).To(HaveKeyWithValue("ClusterRoleBinding", 2), "Velero's built-in plugins read VolumeSnapshots; the metrics server asks who scrapes")
 				} else {
 					g.Expect(kinds).To(HaveKeyWithValue("ItemOperation", 1))
 				}
@@ -164,6 +164,19 @@ var _ = Describe("The install manifests", func() {
 					}
 					role := &rbacv1.Role{}
 					g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role)).To(Succeed())
+					// Authenticated metrics: the manager only asks the API
+					// server who a scraper is and whether it may read
+					// /metrics; readers may get /metrics and nothing else.
+					switch {
+					case obj.GetKind() == "ClusterRole" && obj.GetName() == "itemops-metrics-auth":
+						g.Expect(role.Rules).To(ConsistOf(
+							rbacv1.PolicyRule{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+							rbacv1.PolicyRule{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}}))
+						continue
+					case obj.GetKind() == "ClusterRole" && obj.GetName() == "itemops-metrics-reader":
+						g.Expect(role.Rules).To(ConsistOf(rbacv1.PolicyRule{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}))
+						continue
+					}
 					for _, r := range role.Rules {
 						for _, field := range [][]string{r.Verbs, r.Resources, r.APIGroups} {
 							g.Expect(field).NotTo(ContainElement("*"), "wildcard in %s %s: %+v", obj.GetKind(), obj.GetName(), r)

@@ -23,7 +23,6 @@ package replicas
 
 import (
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +42,8 @@ type Cluster struct {
 	Binary string
 	Args   []string
 	Env    []string
+	// MetricsToken reads the replicas' metrics (scrape.ReaderToken).
+	MetricsToken string
 	// Work holds the replicas' logs (itemops-<i>.log) and credentials.
 	Work string
 
@@ -198,13 +199,12 @@ func (c *Cluster) StopAll() []string {
 	return goroutines
 }
 
-// quick is the client of metric: a replica that does not answer in 2 s is
-// taken as not answering.
-var quick = &http.Client{Timeout: 2 * time.Second}
-
-// metric reads a metric of a replica, -1 when it cannot.
+// metric reads a metric of a replica, -1 when it cannot: a replica that
+// does not answer in 2 s is taken as not answering.
 func (c *Cluster) metric(r *replica, name string) float64 {
-	families, err := scrape.Get(quick, "http://"+r.metrics+"/metrics")
+	quick := scrape.Client(c.MetricsToken)
+	quick.Timeout = 2 * time.Second
+	families, err := scrape.Get(quick, "https://"+r.metrics+"/metrics")
 	if err != nil {
 		return -1
 	}

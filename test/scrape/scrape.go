@@ -16,7 +16,8 @@ limitations under the License.
 
 // Package scrape reads Prometheus metrics as Prometheus does, from an
 // endpoint's text exposition, for the programs that watch itemops and the
-// API server (the soak, the bench).
+// API server (the soak, the bench), over HTTPS with a reader's token
+// where itemops serves them so (Client, ReaderToken).
 package scrape
 
 import (

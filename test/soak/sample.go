@@ -17,12 +17,14 @@ limitations under the License.
 package main
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
 
+	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/proc"
 	"github.com/itemops/itemops/test/scrape"
 )
@@ -50,6 +52,8 @@ type sample struct {
 
 type sampler struct {
 	m *itemops
+	// own reads itemops' metrics as a metrics reader.
+	own *http.Client
 	// api reaches the API server's /metrics as an administrator.
 	api    *http.Client
 	apiURL string
@@ -61,7 +65,11 @@ func newSampler(cfg *rest.Config, m *itemops) (*sampler, error) {
 		return nil, err
 	}
 	api.Timeout = 5 * time.Second
-	return &sampler{m: m, api: api, apiURL: strings.TrimSuffix(cfg.Host, "/") + "/metrics"}, nil
+	token, err := scrape.ReaderToken(context.Background(), cfg, envtest.VeleroNamespace)
+	if err != nil {
+		return nil, err
+	}
+	return &sampler{m: m, own: scrape.Client(token), api: api, apiURL: strings.TrimSuffix(cfg.Host, "/") + "/metrics"}, nil
 }
 
 func (s *sampler) sample(at time.Duration) sample {
@@ -70,7 +78,7 @@ func (s *sampler) sample(at time.Duration) sample {
 	_, out.rss = proc.Usage(pid)
 	out.files = proc.OpenFiles(pid)
 	out.plugins = len(proc.Children(pid))
-	if own, err := scrape.Get(nil, "http://"+s.m.metrics+"/metrics"); err == nil {
+	if own, err := scrape.Get(s.own, "https://"+s.m.metrics+"/metrics"); err == nil {
 		out.heap = own.Sum("go_memstats_heap_inuse_bytes", nil)
 		out.goroutines = own.Sum("go_goroutines", nil)
 		out.queue = own.Sum("workqueue_depth", nil)

@@ -43,6 +43,7 @@ import (
 	"github.com/itemops/itemops/test/plugins/sim"
 	"github.com/itemops/itemops/test/proc"
 	"github.com/itemops/itemops/test/replicas"
+	"github.com/itemops/itemops/test/scrape"
 	"github.com/itemops/itemops/test/veleroenv"
 )
 
@@ -106,7 +107,9 @@ var _ = Describe("itemops and the real Velero under faults", func() {
 		server.start()
 		g.Expect(veleroenv.WaitForLocation(ctx, env.Client)).To(Succeed())
 
-		cl := &replicas.Cluster{Binary: binary, Work: work,
+		metricsToken, err := scrape.ReaderToken(ctx, env.Config, envtest.VeleroNamespace)
+		g.Expect(err).NotTo(HaveOccurred())
+		cl := &replicas.Cluster{Binary: binary, Work: work, MetricsToken: metricsToken,
 			Args: []string{"--kubeconfig=" + identity, "--mode=manage", "--velero-namespace=" + envtest.VeleroNamespace,
 				"--plugin-dir=" + itemopsPlugins, "--plugin-args=--features=EnableCSI", "--sync-frequency=1s",
 				"--progress-update-interval=2s", "--plugin-call-timeout=5s", "--max-progress-failures=12"}}

@@ -56,3 +56,12 @@ data mover plugin lists DataUploads in every namespace
 true
 {{- end -}}
 {{- end -}}
+
+{{/* The Secret with the metrics server's certificate, if any. */}}
+{{- define "itemops.metricsCertSecret" -}}
+{{- if .Values.metrics.tls.secretName -}}
+{{- .Values.metrics.tls.secretName -}}
+{{- else if .Values.metrics.tls.certManager.enabled -}}
+{{- printf "%s-metrics-tls" (include "itemops.fullname" .) -}}
+{{- end -}}
+{{- end -}}
