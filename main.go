@@ -256,7 +256,7 @@ func main() {
 	}
 	if err := mgr.Add(&controllers.VeleroVersionCheck{
 		Reader: mgr.GetAPIReader(), Recorder: recorder, Namespace: opts.VeleroNamespace,
-		BuiltinPlugins: builtinPlugins, Timeout: opts.PluginCallTimeout,
+		BuiltinPlugins: builtinPlugins, Binaries: plugins, Timeout: opts.PluginCallTimeout,
 	}); err != nil {
 		log.Error(err, "adding the Velero version check")
 		os.Exit(1)

@@ -97,6 +97,11 @@ func (r *ItemOperationReconciler) poll(ctx context.Context, op *itemopsv1alpha1.
 		// fixed. It stays visible until fixed or until the timeout.
 		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, itemopsv1alpha1.ReasonPluginNotFound,
 			err.Error(), now)
+	case errors.Is(err, plugin.ErrBinaryChanged):
+		// Refused, never run: someone replaced the binary. Not the
+		// operation's fault either; visible until fixed or the timeout.
+		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, itemopsv1alpha1.ReasonPluginBinaryChanged,
+			err.Error(), now)
 	case errors.Is(err, errSnapshotLocation):
 		// Like a missing plugin: fixed by the administrator, visible till then.
 		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, itemopsv1alpha1.ReasonSnapshotLocationUnavailable,
@@ -280,7 +285,7 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 	}
 	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil &&
 		(c.Reason == itemopsv1alpha1.ReasonPluginNotFound || c.Reason == itemopsv1alpha1.ReasonSnapshotLocationUnavailable ||
-			c.Reason == itemopsv1alpha1.ReasonPluginForbidden) &&
+			c.Reason == itemopsv1alpha1.ReasonPluginForbidden || c.Reason == itemopsv1alpha1.ReasonPluginBinaryChanged) &&
 		!hasReason(&original.Status, itemopsv1alpha1.ConditionProgressing, c.Reason) {
 		r.Recorder.Event(op, corev1.EventTypeWarning, c.Reason, c.Message)
 	}
@@ -472,6 +477,8 @@ func callResult(err error) string {
 		return metrics.ResultPluginError
 	case errors.Is(err, plugin.ErrPluginNotFound):
 		return metrics.ResultPluginNotFound
+	case errors.Is(err, plugin.ErrBinaryChanged):
+		return metrics.ResultBinaryChanged
 	case errors.Is(err, plugin.ErrNotSupported):
 		return metrics.ResultNotSupported
 	case errors.Is(err, plugin.ErrInvalidOperationID):

@@ -62,10 +62,17 @@ type VeleroVersionCheck struct {
 	Recorder  record.EventRecorder
 	Namespace string
 	// BuiltinPlugins is the velero binary in the plugin directory; "" when
-	// there is none.
+	// there is none. Binaries runs it, only as discovery found it.
 	BuiltinPlugins string
+	Binaries       BinaryRunner
 	// Timeout bounds the read and running BuiltinPlugins.
 	Timeout time.Duration
+}
+
+// BinaryRunner gives commands that run a plugin binary only if it is the
+// file discovery found (plugin.Manager).
+type BinaryRunner interface {
+	Command(ctx context.Context, path string, args ...string) (cmd *exec.Cmd, release func(), err error)
 }
 
 // NeedLeaderElection: the leader alone reports, so that replicas do not
@@ -118,7 +125,12 @@ func (c *VeleroVersionCheck) builtinRelease(ctx context.Context) *version.Versio
 		return nil
 	}
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, c.BuiltinPlugins, "version", "--client-only") //nolint:gosec // the velero binary of the plugin directory
+	cmd, release, err := c.Binaries.Command(ctx, c.BuiltinPlugins, "version", "--client-only")
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "not asking the built-in plugins' velero binary for its release", "path", c.BuiltinPlugins)
+		return nil
+	}
+	defer release()
 	cmd.Stdout = &out
 	if err := cmd.Run(); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "asking the built-in plugins' velero binary for its release", "path", c.BuiltinPlugins)

@@ -149,6 +149,9 @@ const (
 	ReasonPluginRestarting = "PluginRestarting"
 	// ReasonPluginNotFound: no discovered plugin binary serves the plugin name.
 	ReasonPluginNotFound = "PluginNotFound"
+	// ReasonPluginBinaryChanged: the binary serving the plugin is no longer
+	// the file discovery found, and is not run.
+	ReasonPluginBinaryChanged = "PluginBinaryChanged"
 	// ReasonPluginForbidden: the plugin's own request to the API server was
 	// refused; plugin processes run with itemops' identity, which lacks the
 	// permission the message names. Retried within the failure budget.

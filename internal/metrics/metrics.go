@@ -46,6 +46,7 @@ const (
 	ResultInvalidOperation = "invalid_operation_id"
 	ResultTransport        = "transport_error"
 	ResultLocation         = "location_unavailable"
+	ResultBinaryChanged    = "binary_changed"
 )
 
 var (
@@ -106,7 +107,7 @@ func Plugin(kind itemopsv1alpha1.PluginKind, plugin string) {
 		return
 	}
 	for _, result := range []string{ResultOK, ResultOperationFailed, ResultPluginError, ResultInvalidOperation,
-		ResultNotSupported, ResultPluginNotFound, ResultTransport, ResultLocation} {
+		ResultNotSupported, ResultPluginNotFound, ResultTransport, ResultLocation, ResultBinaryChanged} {
 		progressCalls.WithLabelValues(string(kind), plugin, result)
 	}
 	for _, phase := range []itemopsv1alpha1.OperationPhase{itemopsv1alpha1.OperationPhaseCompleted,

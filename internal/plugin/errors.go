@@ -75,6 +75,15 @@ func (e *Error) Is(target error) bool { return target == e.Kind }
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
+// startFailure is the kind of a failure to reach a plugin's process: a
+// binary that changed since discovery is refused, not unreachable.
+func startFailure(err error) error {
+	if errors.Is(err, ErrBinaryChanged) {
+		return ErrBinaryChanged
+	}
+	return ErrTransport
+}
+
 // IsRetryable reports whether err is a transport failure or a deadline,
 // which a later call may not repeat.
 func IsRetryable(err error) bool { return errors.Is(err, ErrTransport) }

@@ -126,6 +126,8 @@ type Manager struct {
 
 	launches atomic.Int64
 	restarts atomic.Int64
+	// pins: every binary runs only as discovery found it.
+	pins pins
 
 	parents encodedParents
 }
@@ -244,7 +246,7 @@ func (m *Manager) connect(ctx context.Context, call string, op Operation) (*grpc
 	}
 	conn, err := p.conn(ctx)
 	if err != nil {
-		return nil, fail(ErrTransport, err)
+		return nil, fail(startFailure(err), err)
 	}
 	return conn, nil
 }

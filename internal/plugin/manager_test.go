@@ -769,6 +769,95 @@ var _ = Describe("The plugin manager", func() {
 		g.Expect(ran).NotTo(BeAnExistingFile())
 	})
 
+	// Whoever can write the plugin directory could swap a binary for one of
+	// theirs, which would run with itemops' identity. Each binary is run
+	// only as discovery found it: a restart after a crash, and the version
+	// probe, refuse a changed file without running it.
+	Describe("binaries are pinned at discovery", func() {
+		swap := func(t testing.TB, path string) string {
+			ran := filepath.Join(t.TempDir(), "ran")
+			evil := path + ".new"
+			if err := os.WriteFile(evil, []byte("#!/bin/sh\ntouch "+ran+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(evil, path); err != nil { // as an installer swaps it
+				t.Fatal(err)
+			}
+			return ran
+		}
+
+		It("a binary swapped while its process runs is not started again after the process dies", func() {
+			t := GinkgoTB()
+			g := NewWithT(t)
+			dir := pluginDir(t, "sample")
+			m, logs := newManager(t, dir, 10*time.Second)
+			ctx := context.Background()
+			id := startUpload(t, m, map[string]string{sim.AnnotationSize: "100Mi", sim.AnnotationSpeed: "1Mi"})
+			_, err := m.Progress(ctx, upload(id))
+			g.Expect(err).NotTo(HaveOccurred())
+			pinned := m.pins.digest(filepath.Join(dir, "sample"))
+			g.Expect(pinned).To(HaveLen(64))
+
+			ran := swap(t, filepath.Join(dir, "sample"))
+			for _, pid := range m.pids() {
+				g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+			}
+			g.Eventually(m.pids, 5*time.Second).Should(BeEmpty())
+			launches := m.Launches()
+
+			_, err = m.Progress(ctx, upload(id))
+			g.Expect(err).To(MatchError(ErrBinaryChanged))
+			g.Expect(IsRetryable(err)).To(BeFalse())
+			var changed *BinaryChangedError
+			g.Expect(errors.As(err, &changed)).To(BeTrue())
+			g.Expect(changed.Path).To(Equal(filepath.Join(dir, "sample")))
+			g.Expect(changed.Pinned).To(Equal(pinned))
+			g.Expect(err.Error()).To(ContainSubstring("is not the binary itemops discovered"))
+			g.Expect(m.Cancel(ctx, upload(id))).To(MatchError(ErrBinaryChanged))
+			g.Expect(m.Launches()).To(Equal(launches), "no process was started")
+			g.Expect(ran).NotTo(BeAnExistingFile(), "the swapped file ran")
+			g.Expect(logs.String()).To(ContainSubstring("is not the binary itemops discovered"))
+			g.Expect(m.pins.digest(filepath.Join(dir, "sample"))).To(Equal(pinned), "the pin stays")
+		})
+
+		It("the version probe runs only the discovered binary", func() {
+			t := GinkgoTB()
+			g := NewWithT(t)
+			dir := pluginDir(t, "sample")
+			m, _ := newManager(t, dir, 10*time.Second)
+			path := filepath.Join(dir, "sample")
+
+			cmd, release, err := m.Command(context.Background(), path, "--help")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cmd.Args[0]).To(Equal(path), "the program sees its own path")
+			release()
+
+			ran := swap(t, path)
+			_, _, err = m.Command(context.Background(), path, "version")
+			g.Expect(err).To(MatchError(ErrBinaryChanged))
+			g.Expect(ran).NotTo(BeAnExistingFile())
+		})
+
+		It("a binary made writable by every user after discovery is refused", func() {
+			t := GinkgoTB()
+			g := NewWithT(t)
+			dir := t.TempDir()
+			data, err := os.ReadFile(filepath.Join(binDir, "sample"))
+			g.Expect(err).NotTo(HaveOccurred())
+			path := filepath.Join(dir, "sample")
+			g.Expect(os.WriteFile(path, data, 0o755)).To(Succeed())
+			m, _ := newManager(t, dir, 10*time.Second)
+			g.Expect(m.pins.digest(path)).NotTo(BeEmpty())
+			g.Expect(os.Chmod(path, 0o757)).To(Succeed())
+			launches := m.Launches()
+			_, err = m.Progress(context.Background(), upload("x"))
+			g.Expect(err).To(MatchError(ContainSubstring("writable by every user")))
+			_, _, err = m.Command(context.Background(), path, "version")
+			g.Expect(err).To(MatchError(ContainSubstring("writable by every user")))
+			g.Expect(m.Launches()).To(Equal(launches))
+		})
+	})
+
 	// TestPluginProcessesGetVelerosNamespaceAndArguments: a plugin process is
 	// started as Velero starts it, with Velero's namespace as VELERO_NAMESPACE
 	// and --namespace and then the velero server's arguments, whatever

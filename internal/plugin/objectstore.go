@@ -114,7 +114,7 @@ func (s *objectStore) call(name string) (context.Context, context.CancelFunc, pr
 	conn, err := s.process.conn(ctx)
 	if err != nil {
 		cancel()
-		return nil, nil, nil, &Error{Kind: ErrTransport, Plugin: s.name, Call: name, Err: err}
+		return nil, nil, nil, &Error{Kind: startFailure(err), Plugin: s.name, Call: name, Err: err}
 	}
 	return ctx, cancel, proto.NewObjectStoreClient(conn), nil
 }

@@ -141,7 +141,10 @@ type process struct {
 	launching *launch
 	failures  int
 	notBefore time.Time
-	closed    bool
+	// refused: the last start found the binary changed since discovery;
+	// callers get that until the next start, not a mere backoff.
+	refused error
+	closed  bool
 }
 
 // conn returns the connection of a live process, starting one when there is
@@ -198,6 +201,9 @@ func (p *process) launchOrJoin() (*launch, error) {
 		p.m.log.Info("plugin process exited; restarting it", "binary", p.path,
 			"ranFor", now.Sub(r.started).Round(time.Millisecond).String(), "exitsInARow", p.failures)
 	}
+	if now.Before(p.notBefore) && p.refused != nil {
+		return nil, p.refused
+	}
 	if now.Before(p.notBefore) {
 		return nil, &RestartPending{Binary: p.path, Exits: p.failures, At: p.notBefore, now: now}
 	}
@@ -217,6 +223,10 @@ func (p *process) run(l *launch) {
 	if err == nil && p.closed {
 		r.client.Kill()
 		r, err = nil, errClosed
+	}
+	p.refused = nil
+	if errors.Is(err, ErrBinaryChanged) {
+		p.refused = err
 	}
 	if err != nil {
 		p.failures++
@@ -320,7 +330,16 @@ func (m *Manager) startTimeout() time.Duration {
 
 // start launches one process of the binary at path and connects to it.
 func (m *Manager) start(path string) (*running, error) {
+	binary, err := m.pins.open(path)
+	if errors.Is(err, ErrBinaryChanged) {
+		return nil, err // it names the file
+	}
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", path, err)
+	}
+	defer binary.Close()                                                          // the process has its own reference once started
 	cmd := exec.Command(path, pluginArgs(path, m.opts.Namespace, m.opts.Args)...) //nolint:gosec // path comes from discovery in the plugin directory only
+	runOpenFile(cmd, binary)
 	cmd.Env = pluginEnv(m.opts.Namespace)
 	dieWithParent(cmd)
 	client := hcplugin.NewClient(&hcplugin.ClientConfig{

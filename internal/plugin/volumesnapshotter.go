@@ -120,7 +120,7 @@ func (s *volumeSnapshotter) conn(ctx context.Context, call string) (context.Cont
 	conn, err := s.process.conn(ctx)
 	if err != nil {
 		cancel()
-		return nil, nil, nil, &Error{Kind: ErrTransport, Plugin: s.name, Call: call, Err: err}
+		return nil, nil, nil, &Error{Kind: startFailure(err), Plugin: s.name, Call: call, Err: err}
 	}
 	return ctx, cancel, conn, nil
 }

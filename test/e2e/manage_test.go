@@ -30,6 +30,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -155,6 +157,58 @@ func oneOfEachEnd(t testing.TB, name, mode string) (*velerov1api.Backup, *manage
 }
 
 var _ = Describe("itemops beside a simulated Velero", func() {
+	// Whoever can write the plugin directory could swap a binary for one
+	// of theirs, which would run with itemops' identity: after its process
+	// dies, the swapped file is refused, and its operations and Events say so.
+	It("a plugin binary swapped after discovery is never run", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		built, err := buildPlugins()
+		g.Expect(err).NotTo(HaveOccurred())
+		pluginDir := t.TempDir()
+		data, err := os.ReadFile(filepath.Join(built, "sample"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(os.WriteFile(filepath.Join(pluginDir, "sample"), data, 0o755)).To(Succeed())
+		t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
+		b, _ := waitingBackup(t, "swapped", []map[string]string{{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"}})
+		m := startManager(t, pluginDir, "--mode=observe")
+		g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
+			Should(ConsistOf(itemopsv1alpha1.OperationPhaseInProgress), "manager output:\n%s", m.output.String())
+
+		ran := filepath.Join(t.TempDir(), "ran")
+		g.Expect(os.WriteFile(filepath.Join(pluginDir, "sample.new"), []byte("#!/bin/sh\ntouch "+ran+"\n"), 0o755)).To(Succeed())
+		g.Expect(os.Rename(filepath.Join(pluginDir, "sample.new"), filepath.Join(pluginDir, "sample"))).To(Succeed())
+		children := proc.Children(m.cmd.Process.Pid)
+		g.Expect(children).NotTo(BeEmpty())
+		for _, pid := range children {
+			g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+		}
+
+		op := &itemopsv1alpha1.ItemOperation{}
+		g.Eventually(func(g Gomega) {
+			g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: "swapped-0"}, op)).To(Succeed())
+			c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(itemopsv1alpha1.ReasonPluginBinaryChanged))
+			g.Expect(c.Message).To(ContainSubstring(filepath.Join(pluginDir, "sample") + " is not the binary itemops discovered"))
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed(), "manager output:\n%s", m.output.String())
+		g.Expect(op.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseInProgress), "not the operation's failure")
+		g.Eventually(func(g Gomega) []string {
+			events := &corev1.EventList{}
+			g.Expect(env.Client.List(ctx, events, client.InNamespace(b.Namespace))).To(Succeed())
+			var reasons []string
+			for _, e := range events.Items {
+				if e.InvolvedObject.Name == op.Name && e.Type == corev1.EventTypeWarning {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			return reasons
+		}, 10*time.Second, 200*time.Millisecond).Should(ContainElement(itemopsv1alpha1.ReasonPluginBinaryChanged))
+		g.Expect(ran).NotTo(BeAnExistingFile(), "the swapped file ran")
+		g.Expect(proc.Children(m.cmd.Process.Pid)).To(BeEmpty(), "no plugin process runs")
+	})
+
 	It("observe mode never writes to the backup", func() {
 		t := GinkgoTB()
 		g := NewWithT(t)
