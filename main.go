@@ -171,6 +171,7 @@ func main() {
 		Plugins:        plugins,
 		Namespace:      opts.VeleroNamespace,
 		CredentialsDir: opts.CredentialsDir,
+		Limits:         store.Limits{Compressed: opts.MaxFileBytes, Inflated: opts.MaxFileInflatedBytes, Records: opts.MaxFileRecords},
 	}
 
 	patcher, err := kube.NewPatcher(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetScheme(), mgr.GetRESTMapper(), &itemopsv1alpha1.ItemOperation{})

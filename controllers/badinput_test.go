@@ -17,6 +17,7 @@ limitations under the License.
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -462,6 +463,32 @@ var _ = Describe("Bad operation input", Label("envtest"), func() {
 			},
 			phase:  velerov1api.BackupPhasePartiallyFailed,
 			events: []string{reasonUnreadable + ": …" + store.ErrMalformed.Error() + ": …unexpected EOF"},
+		}, {
+			// 64 KiB that inflate to 64 MiB: never inflated into memory.
+			name: "a gzip bomb", attempted: 1,
+			file: func(t testing.TB, _ *velerov1api.Backup) []byte {
+				return gzipped(t, append(append([]byte(`["`), bytes.Repeat([]byte("a"), 64<<20)...), `"]`...))
+			},
+			phase: velerov1api.BackupPhasePartiallyFailed,
+			events: []string{reasonTooLarge + ": reading the item operations of backup …: " + store.ErrTooLarge.Error() +
+				": backups/…-itemoperations.json.gz inflates to more than 33554432 bytes (--max-operations-file-inflated-bytes)",
+				reasonGaveUp + ": WaitingForPluginOperations -> PartiallyFailed: its plugin operations cannot be tracked: …--max-operations-file-inflated-bytes"},
+		}, {
+			// Each record is an object in memory and an ItemOperation, however small.
+			name: "more records than allowed", attempted: 1,
+			file: func(t testing.TB, _ *velerov1api.Backup) []byte {
+				return gzipped(t, []byte("["+strings.Repeat("{},", store.DefaultRecordLimit)+"{}]"))
+			},
+			phase:  velerov1api.BackupPhasePartiallyFailed,
+			events: []string{reasonTooLarge + ": …holds more than 20000 records (--max-operations-file-records)"},
+			operations: func(g Gomega, ops []itemopsv1alpha1.ItemOperation) { g.Expect(ops).To(BeEmpty()) },
+		}, {
+			name: "larger than allowed as stored", attempted: 1,
+			file: func(testing.TB, *velerov1api.Backup) []byte {
+				return bytes.Repeat([]byte{0x1f}, store.DefaultCompressedLimit+1)
+			},
+			phase:  velerov1api.BackupPhasePartiallyFailed,
+			events: []string{reasonTooLarge + ": …is larger than 8388608 bytes (--max-operations-file-bytes)"},
 		}, {
 			name: "a record of another Backup", attempted: 1,
 			file: func(t testing.TB, b *velerov1api.Backup) []byte {

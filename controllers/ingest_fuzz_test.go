@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +94,9 @@ var fuzzBackup = &velerov1api.Backup{
 // refused as malformed (and nothing else) or read, through Velero's own
 // decoder, into records whose ItemOperations have valid names and labels,
 // are named the same on every read, and are written back as read.
+// fuzzLimits are small, so that the fuzzer reaches them.
+var fuzzLimits = store.Limits{Compressed: 64 << 10, Inflated: 1 << 20, Records: 1000}
+
 func FuzzOperationsFile(f *testing.F) {
 	ops := []*itemoperation.BackupOperation{{
 		Spec: itemoperation.BackupOperationSpec{BackupName: fuzzBackup.Name, BackupUID: string(fuzzBackup.UID),
@@ -121,6 +125,18 @@ func FuzzOperationsFile(f *testing.F) {
 	f.Add([]byte("not gzip"))
 	f.Add(valid[:len(valid)/2])
 	f.Add([]byte{})
+	// Bombs: 10 KiB inflating to 10 MiB (over fuzzLimits.Inflated), and a
+	// short file of more records than fuzzLimits.Records.
+	for _, raw := range [][]byte{
+		append(append([]byte(`["`), bytes.Repeat([]byte("a"), 10<<20)...), `"]`...),
+		[]byte("[" + strings.Repeat("{},", fuzzLimits.Records) + "{}]"),
+	} {
+		data, err := gzipBytes(raw)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
 
 	reader := defaultLocation(f)
 	gvk := velerov1api.SchemeGroupVersion.WithKind("Backup")
@@ -129,13 +145,17 @@ func FuzzOperationsFile(f *testing.F) {
 		bucket := &memoryObjectStore{objects: map[string][]byte{
 			"backups/" + fuzzBackup.Name + "/" + fuzzBackup.Name + "-itemoperations.json.gz": file,
 		}}
-		s := &store.Store{Client: reader, Secrets: reader, Plugins: memoryPlugins{bucket}, Namespace: "velero", CredentialsDir: t.TempDir()}
+		s := &store.Store{Client: reader, Secrets: reader, Plugins: memoryPlugins{bucket}, Namespace: "velero", CredentialsDir: t.TempDir(),
+			Limits: fuzzLimits}
 		read, err := s.BackupOperations(context.Background(), fuzzBackup)
 		if err != nil {
-			if !errors.Is(err, store.ErrMalformed) {
-				t.Fatalf("reading the file failed with %v, not as a malformed file", err)
+			if !errors.Is(err, store.ErrMalformed) && !errors.Is(err, store.ErrTooLarge) {
+				t.Fatalf("reading the file failed with %v, not as a malformed or too large file", err)
 			}
 			return
+		}
+		if len(read) > fuzzLimits.Records {
+			t.Fatalf("%d records read, over the limit of %d", len(read), fuzzLimits.Records)
 		}
 		names := map[string]opRecord{}
 		for i, rec := range fromBackupOperations(read) {

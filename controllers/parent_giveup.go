@@ -34,7 +34,7 @@ import (
 // known or recorded: the location or file is wrong, or the object store has
 // been failing for longer than any of the parent's operations may run.
 func (r *parentReconciler[T]) mustGiveUp(parent T, err error) bool {
-	if errors.Is(err, store.ErrNoLocation) || errors.Is(err, store.ErrMalformed) {
+	if errors.Is(err, store.ErrNoLocation) || errors.Is(err, store.ErrMalformed) || errors.Is(err, store.ErrTooLarge) {
 		return true
 	}
 	started := r.kind.started(parent)

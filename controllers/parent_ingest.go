@@ -102,7 +102,7 @@ func (r *parentReconciler[T]) knownOperations(ctx context.Context, parent T, old
 // retryable is err when a later attempt may succeed, so the workqueue backs
 // off and retries; a location or file that is wrong waits for a change instead.
 func retryable(err error) error {
-	if err == nil || errors.Is(err, store.ErrNoLocation) || errors.Is(err, store.ErrMalformed) {
+	if err == nil || errors.Is(err, store.ErrNoLocation) || errors.Is(err, store.ErrMalformed) || errors.Is(err, store.ErrTooLarge) {
 		return nil
 	}
 	return err

@@ -76,6 +76,7 @@ var _ OperationsStore = (*store.Store)(nil)
 const (
 	reasonIngested        = "OperationsIngested"
 	reasonUnreadable      = "OperationsFileUnreadable"
+	reasonTooLarge        = "OperationsFileTooLarge"
 	reasonNotWritten      = "OperationsFileNotWritten"
 	reasonForeignRecord   = "OperationRecordIgnored"
 	reasonInvalidRecord   = "OperationRecordInvalid"
@@ -352,8 +353,11 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	ops, expected, extra, readErr := k.ops, k.expected, k.invalid, k.readErr
 	if readErr != nil {
 		reason := reasonUnreadable
-		if errors.Is(readErr, errMissingOperations) {
+		switch {
+		case errors.Is(readErr, errMissingOperations):
 			reason = reasonMissing
+		case errors.Is(readErr, store.ErrTooLarge):
+			reason = reasonTooLarge
 		}
 		r.recorder.Eventf(parent, corev1.EventTypeWarning, reason, "%v", readErr)
 		if r.opts.Manage && r.mustGiveUp(parent, readErr) {

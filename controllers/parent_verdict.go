@@ -101,7 +101,7 @@ func (r *parentReconciler[T]) followVerdicts(ctx context.Context, parent T, phas
 	}
 	records, err := r.kind.read(ctx, r.opts.Store, parent)
 	if err != nil {
-		if errors.Is(err, store.ErrMalformed) || errors.Is(err, store.ErrNoLocation) {
+		if errors.Is(err, store.ErrMalformed) || errors.Is(err, store.ErrNoLocation) || errors.Is(err, store.ErrTooLarge) {
 			// The ingestion reports what is wrong with the file; nothing
 			// here will change until the parent does.
 			r.verdictsRead(parent, &state)

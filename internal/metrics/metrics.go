@@ -95,6 +95,37 @@ func MustRegister(registry prometheus.Registerer, reader client.Reader, namespac
 // Plugin and PluginBinary have started at zero.
 var started sync.Map
 
+// MaxPlugins bounds the plugin names the metrics have series of: the
+// names come from operations files, which whoever writes the bucket
+// controls, and counters are never deleted. Names beyond the first
+// MaxPlugins (discovered plugins come first) count as OtherPlugin.
+const MaxPlugins = 100
+
+// OtherPlugin is the plugin label of every name past MaxPlugins; no real
+// plugin is named so (Velero's names have a slash).
+const OtherPlugin = "other"
+
+var (
+	pluginNamesMu sync.Mutex
+	pluginNames   = map[pluginKey]bool{}
+)
+
+// pluginLabel is the plugin label of a plugin: its name, or OtherPlugin
+// once MaxPlugins names have series.
+func pluginLabel(kind itemopsv1alpha1.PluginKind, plugin string) string {
+	k := pluginKey{string(kind), plugin}
+	pluginNamesMu.Lock()
+	defer pluginNamesMu.Unlock()
+	if pluginNames[k] {
+		return plugin
+	}
+	if len(pluginNames) >= MaxPlugins {
+		return OtherPlugin
+	}
+	pluginNames[k] = true
+	return plugin
+}
+
 // Plugin starts at zero the series of a plugin that alerts compare over
 // time: its Progress calls by result and its operation durations by final
 // phase. Prometheus reads a series that first appears at 1 as one that was
@@ -103,6 +134,7 @@ var started sync.Map
 // plugin discovery finds that can start operations, and for any other
 // plugin the first time one of its operations is polled, cancelled or ends.
 func Plugin(kind itemopsv1alpha1.PluginKind, plugin string) {
+	plugin = pluginLabel(kind, plugin)
 	if _, done := started.LoadOrStore(pluginKey{string(kind), plugin}, true); done {
 		return
 	}
@@ -127,6 +159,7 @@ func PluginBinary(binary string) {
 
 // ProgressCall records one Progress call.
 func ProgressCall(kind itemopsv1alpha1.PluginKind, plugin, result string, took time.Duration) {
+	plugin = pluginLabel(kind, plugin)
 	Plugin(kind, plugin)
 	progressCalls.WithLabelValues(string(kind), plugin, result).Inc()
 	progressCallDuration.WithLabelValues(string(kind), plugin).Observe(took.Seconds())
@@ -134,6 +167,7 @@ func ProgressCall(kind itemopsv1alpha1.PluginKind, plugin, result string, took t
 
 // CancelCall records one Cancel call, or an attempt that could not reach the plugin.
 func CancelCall(kind itemopsv1alpha1.PluginKind, plugin, reason, result string) {
+	plugin = pluginLabel(kind, plugin)
 	Plugin(kind, plugin)
 	cancelCalls.WithLabelValues(string(kind), plugin, reason, result).Inc()
 }
@@ -143,9 +177,10 @@ func OperationFinished(op *itemopsv1alpha1.ItemOperation) {
 	if op.Status.Created == nil || op.Status.CompletionTimestamp == nil {
 		return
 	}
-	Plugin(op.Spec.Plugin.Kind, op.Spec.Plugin.Name)
+	plugin := pluginLabel(op.Spec.Plugin.Kind, op.Spec.Plugin.Name)
+	Plugin(op.Spec.Plugin.Kind, plugin)
 	took := op.Status.CompletionTimestamp.Sub(op.Status.Created.Time)
-	operationDuration.WithLabelValues(string(op.Spec.Plugin.Kind), op.Spec.Plugin.Name, string(op.Status.Phase)).
+	operationDuration.WithLabelValues(string(op.Spec.Plugin.Kind), plugin, string(op.Status.Phase)).
 		Observe(max(took, 0).Seconds())
 }
 
@@ -213,7 +248,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	total := map[pluginKey]float64{}
 	for i := range list.Items {
 		op := &list.Items[i]
-		pk := pluginKey{string(op.Spec.Plugin.Kind), op.Spec.Plugin.Name}
+		pk := pluginKey{string(op.Spec.Plugin.Kind), pluginLabel(op.Spec.Plugin.Kind, op.Spec.Plugin.Name)}
 		phase := string(op.Status.Phase)
 		if phase == "" {
 			phase = string(itemopsv1alpha1.OperationPhaseNew)

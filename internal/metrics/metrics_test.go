@@ -19,9 +19,12 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
@@ -120,11 +123,11 @@ func TestAPluginsSeriesStartAtZero(t *testing.T) {
 		t.Fatalf("%d Progress call series of a plugin never seen, want 0", got)
 	}
 	Plugin(kind, plugin)
-	if got := seriesWith(t, progressCalls, map[string]string{"plugin": plugin}); got != 8 {
-		t.Errorf("%d Progress call series, want one per result (8)", got)
+	if got := seriesWith(t, progressCalls, map[string]string{"plugin": plugin}); got != 9 {
+		t.Errorf("%d Progress call series, want one per result (9)", got)
 	}
 	for _, result := range []string{ResultOK, ResultOperationFailed, ResultPluginError, ResultInvalidOperation,
-		ResultNotSupported, ResultPluginNotFound, ResultTransport, ResultLocation} {
+		ResultNotSupported, ResultPluginNotFound, ResultTransport, ResultLocation, ResultBinaryChanged} {
 		if got := testutil.ToFloat64(progressCalls.WithLabelValues(string(kind), plugin, result)); got != 0 {
 			t.Errorf("Progress calls %s: %v, want 0", result, got)
 		}
@@ -179,4 +182,35 @@ func seriesWith(t *testing.T, c prometheus.Collector, labels map[string]string) 
 		}
 	}
 	return n
+}
+
+// Plugin names come from operations files, which whoever writes the bucket
+// controls: past MaxPlugins of them, a new name counts as OtherPlugin and
+// makes no series of its own.
+func TestPluginNamesAreBounded(t *testing.T) {
+	g := NewWithT(t)
+	kind := itemopsv1alpha1.PluginKindRestoreItemAction
+	for i := range MaxPlugins + 50 {
+		ProgressCall(kind, fmt.Sprintf("example.io/bounded-%d", i), ResultPluginNotFound, time.Millisecond)
+	}
+	names := map[string]bool{}
+	ch := make(chan prometheus.Metric, 100000)
+	progressCalls.Collect(ch)
+	close(ch)
+	for m := range ch {
+		var d dto.Metric
+		g.Expect(m.Write(&d)).To(Succeed())
+		for _, l := range d.GetLabel() {
+			if l.GetName() == "plugin" {
+				names[l.GetValue()] = true
+			}
+		}
+	}
+	g.Expect(len(names)).To(BeNumerically("<=", MaxPlugins+1), "plugin label values")
+	g.Expect(names).To(HaveKey(OtherPlugin))
+	g.Expect(names).NotTo(HaveKey(fmt.Sprintf("example.io/bounded-%d", MaxPlugins+49)))
+	g.Expect(testutil.ToFloat64(progressCalls.WithLabelValues(string(kind), OtherPlugin, ResultPluginNotFound))).To(BeNumerically(">=", 50))
+	// A name that has its series keeps them.
+	ProgressCall(kind, "example.io/bounded-0", ResultOK, time.Millisecond)
+	g.Expect(testutil.ToFloat64(progressCalls.WithLabelValues(string(kind), "example.io/bounded-0", ResultOK))).To(Equal(1.0))
 }

@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/itemops/itemops/internal/store"
 )
 
 // Mode is how far itemops goes beside Velero.
@@ -119,6 +121,13 @@ type Options struct {
 	// server (client-side rate limit).
 	KubeAPIQPS   int
 	KubeAPIBurst int
+	// MaxFileBytes, MaxFileInflatedBytes and MaxFileRecords bound what is
+	// read from object storage (an operations file, volume snapshot
+	// records): its size as stored, the size it inflates to, and its
+	// records. A file over one is not read.
+	MaxFileBytes         int64
+	MaxFileInflatedBytes int64
+	MaxFileRecords       int
 	// PluginArgs are passed to every plugin process, after --namespace: the
 	// same as the velero server's arguments, which Velero passes to its
 	// plugins (--features, --log-level, --client-qps…).
@@ -160,6 +169,9 @@ func New() Options {
 		StatusWriteQPS:          50,
 		KubeAPIQPS:              500,
 		KubeAPIBurst:            1000,
+		MaxFileBytes:            store.DefaultCompressedLimit,
+		MaxFileInflatedBytes:    store.DefaultInflatedLimit,
+		MaxFileRecords:          store.DefaultRecordLimit,
 	}
 }
 
@@ -186,6 +198,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.StatusWriteQPS, "status-write-qps", o.StatusWriteQPS, "status writes per second that only report progress; beyond it they are skipped until the next poll (ends, errors and conditions are always written); finished operations' finalizers are released at up to half that rate, within the same budget")
 	fs.IntVar(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "requests per second the manager may send to the API server")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "requests the manager may send to the API server at once above --kube-api-qps")
+	fs.Int64Var(&o.MaxFileBytes, "max-operations-file-bytes", o.MaxFileBytes, "largest operations file (or other file of a backup) read from object storage, as stored; a larger one is not read and its Backup or Restore gets an OperationsFileTooLarge event")
+	fs.Int64Var(&o.MaxFileInflatedBytes, "max-operations-file-inflated-bytes", o.MaxFileInflatedBytes, "largest size such a file may inflate to; files being decoded at once share this much memory")
+	fs.IntVar(&o.MaxFileRecords, "max-operations-file-records", o.MaxFileRecords, "most records such a file may hold")
 	fs.Var(&o.PluginArgs, "plugin-args", "arguments for every plugin process, the same as your velero server's (e.g. \"--features=EnableCSI --log-level=info\"); may be repeated")
 }
 
@@ -228,6 +243,18 @@ func (o Options) Validate() error {
 		{"--kube-api-qps", o.KubeAPIQPS},
 		{"--status-write-qps", o.StatusWriteQPS},
 		{"--kube-api-burst", o.KubeAPIBurst},
+		{"--max-operations-file-records", o.MaxFileRecords},
+	} {
+		if n.value < 1 {
+			errs = append(errs, fmt.Errorf("%s must be at least 1, got %d", n.flag, n.value))
+		}
+	}
+	for _, n := range []struct {
+		flag  string
+		value int64
+	}{
+		{"--max-operations-file-bytes", o.MaxFileBytes},
+		{"--max-operations-file-inflated-bytes", o.MaxFileInflatedBytes},
 	} {
 		if n.value < 1 {
 			errs = append(errs, fmt.Errorf("%s must be at least 1, got %d", n.flag, n.value))

@@ -53,6 +53,9 @@ func TestDefaultsAreValid(t *testing.T) {
 	g.Expect(o.MetricsBindAddress).To(Equal(":8443"))
 	g.Expect(o.MetricsSecure).To(BeTrue(), "metrics are authenticated unless turned off")
 	g.Expect(o.MetricsCertDir).To(BeEmpty())
+	g.Expect(o.MaxFileBytes).To(Equal(int64(8 << 20)))
+	g.Expect(o.MaxFileInflatedBytes).To(Equal(int64(32 << 20)))
+	g.Expect(o.MaxFileRecords).To(Equal(20000))
 }
 
 func TestFlagsAreParsed(t *testing.T) {
@@ -63,6 +66,7 @@ func TestFlagsAreParsed(t *testing.T) {
 		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--pprof-bind-address=127.0.0.1:6060", "--leader-elect",
 		"--credentials-dir=/run/itemops/credentials", "--kube-api-qps=500", "--kube-api-burst=1000",
 		"--eta-polling", "--min-poll-interval=500ms", "--status-write-qps=20", "--metrics-cert-dir=/certs",
+		"--max-operations-file-bytes=1048576", "--max-operations-file-inflated-bytes=4194304", "--max-operations-file-records=500",
 		"--plugin-args=--features=EnableCSI,EnableAPIGroupVersions --log-level=debug", "--plugin-args", "--client-qps=50")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(o).To(Equal(Options{
@@ -87,6 +91,9 @@ func TestFlagsAreParsed(t *testing.T) {
 		ETAPolling:              true,
 		MinPollInterval:         500 * time.Millisecond,
 		StatusWriteQPS:          20,
+		MaxFileBytes:            1 << 20,
+		MaxFileInflatedBytes:    4 << 20,
+		MaxFileRecords:          500,
 		PluginArgs:              Args{"--features=EnableCSI,EnableAPIGroupVersions", "--log-level=debug", "--client-qps=50"},
 	}))
 }
@@ -112,6 +119,8 @@ func TestBadValuesAreRejectedWithTheirFlag(t *testing.T) {
 		{"zero failure budget", []string{"--max-progress-failures=0"}, []string{"--max-progress-failures must be at least 1, got 0"}},
 		{"no probe address", []string{"--health-probe-bind-address="}, []string{"--health-probe-bind-address must be set"}},
 		{"certificate for plain HTTP", []string{"--metrics-secure=false", "--metrics-cert-dir=/certs"}, []string{"--metrics-cert-dir needs --metrics-secure"}},
+		{"no file at all", []string{"--max-operations-file-bytes=0", "--max-operations-file-records=0"},
+			[]string{"--max-operations-file-bytes must be at least 1, got 0", "--max-operations-file-records must be at least 1, got 0"}},
 		{"zero API rate", []string{"--kube-api-qps=0"}, []string{"--kube-api-qps must be at least 1, got 0"}},
 		{"plugin argument not a flag", []string{"--plugin-args=server --features=EnableCSI"}, []string{`--plugin-args: "server" is not a flag`}},
 		{

@@ -24,8 +24,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -66,6 +68,11 @@ type Store struct {
 	Namespace string
 	// CredentialsDir receives the credential files handed to plugins.
 	CredentialsDir string
+	// Limits bound every read from object storage.
+	Limits Limits
+
+	budgetOnce sync.Once
+	budget     *semaphore.Weighted
 }
 
 // BackupOperations returns the records of a backup's operations file; no
@@ -236,7 +243,10 @@ func (s *Store) withBackupStore(ctx context.Context, name string, write bool, fn
 	return s.Plugins.WithObjectStore(ctx, location.Spec.Provider, func(objectStore velero.ObjectStore) error {
 		getter := persistence.NewObjectBackupStoreGetterWithSecretStore(
 			&credentialFiles{ctx: ctx, store: s}, &secretValues{ctx: ctx, store: s})
-		bs, err := getter.Get(location, singleObjectStore{objectStore}, discardLogger())
+		limits := s.Limits.withDefaults()
+		s.budgetOnce.Do(func() { s.budget = semaphore.NewWeighted(limits.Inflated) })
+		bounded := boundedObjectStore{ObjectStore: objectStore, ctx: ctx, limits: limits, budget: s.budget}
+		bs, err := getter.Get(location, singleObjectStore{bounded}, discardLogger())
 		if err != nil {
 			return fmt.Errorf("opening BackupStorageLocation %s: %w", name, err)
 		}
@@ -251,7 +261,7 @@ func classifyRead(err error) error {
 		return nil
 	}
 	var perr *plugin.Error
-	if errors.As(err, &perr) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.As(err, &perr) || errors.Is(err, ErrTooLarge) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return fmt.Errorf("%w: %v", ErrMalformed, err)

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -272,6 +273,56 @@ var _ = Describe("Operations files in object storage", func() {
 				g.Expect(got).To(HaveLen(2))
 			})
 		}
+	})
+
+	// What whoever writes the bucket could use to run itemops out of
+	// memory is measured, not read: the limits, through the real object
+	// store plugin. An update leaves such a file as it is.
+	Describe("files over the read limits are not read", func() {
+		limits := store.Limits{Compressed: 1 << 20, Inflated: 4 << 20, Records: 100}
+		for _, tc := range []struct {
+			name, want string
+			body       []byte
+		}{
+			{"a gzip bomb", "inflates to more than 4194304 bytes", gzipped(append(append([]byte(`["`), bytes.Repeat([]byte("a"), 256<<20)...), `"]`...))},
+			{"too many records", "holds more than 100 records", gzipped([]byte("[" + strings.Repeat(`{"spec":{}},`, 100) + `{"spec":{}}]`))},
+			{"too large as stored", "is larger than 1048576 bytes", bytes.Repeat([]byte("x"), 1<<20+1)},
+		} {
+			It(tc.name, func() {
+				t := GinkgoTB()
+				g := NewWithT(t)
+				bsl := location(t)
+				b := backupIn(bsl.Name)
+				key := "backups/" + b.Name + "/" + b.Name + "-itemoperations.json.gz"
+				putRaw(t, bsl, key, tc.body)
+				s := newStore(t)
+				s.Limits = limits
+				_, err := s.BackupOperations(context.Background(), b)
+				g.Expect(err).To(MatchError(store.ErrTooLarge))
+				g.Expect(errors.Is(err, store.ErrMalformed)).To(BeFalse(), "not a malformed file: never replaced")
+				g.Expect(err.Error()).To(And(ContainSubstring(key), ContainSubstring(tc.want)))
+				err = s.UpdateBackupOperations(context.Background(), b,
+					func(_ []*itemoperation.BackupOperation, err error) ([]*itemoperation.BackupOperation, error) {
+						return nil, err
+					})
+				g.Expect(err).To(MatchError(store.ErrTooLarge))
+			})
+		}
+		It("a file at the limits is read", func() {
+			t := GinkgoTB()
+			g := NewWithT(t)
+			bsl := location(t)
+			b := backupIn(bsl.Name)
+			s := newStore(t)
+			g.Expect(s.UpdateBackupOperations(context.Background(), b,
+				func([]*itemoperation.BackupOperation, error) ([]*itemoperation.BackupOperation, error) {
+					return records(b, 100), nil
+				})).To(Succeed())
+			s.Limits = limits
+			got, err := s.BackupOperations(context.Background(), b)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got).To(HaveLen(100))
+		})
 	})
 
 	Describe("location problems", Ordered, func() {

@@ -1,0 +1,224 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+)
+
+// ErrTooLarge: a file of the bucket is over one of the read limits. It is
+// not read, so it cannot run itemops out of memory.
+var ErrTooLarge = errors.New("file over itemops' read limits")
+
+// Limits bound what is read from object storage: every file Velero's
+// persistence package reads through itemops (the operations files, the
+// volume snapshot records). A zero field takes its default.
+type Limits struct {
+	// Compressed bounds the bytes of the object as stored.
+	Compressed int64
+	// Inflated bounds the bytes a gzip object inflates to: a small file
+	// can inflate to gigabytes.
+	Inflated int64
+	// Records bounds the elements of the JSON list it holds; each becomes
+	// an object in memory (and an ItemOperation) whatever its size.
+	Records int
+}
+
+// The defaults, sized to real files: a record of Velero's CSI data mover is
+// about 735 bytes of JSON, gzip shrinks such files about 9 times, and
+// 50,000 records decode to about 63 MiB of Go objects (measured with
+// Velero v1.18.3's types). 20,000 operations in one Backup or Restore is
+// 15 MB of JSON and 1.6 MB stored; the defaults leave twice that room, and
+// the flags raise them.
+const (
+	DefaultCompressedLimit = 8 << 20
+	DefaultInflatedLimit   = 32 << 20
+	DefaultRecordLimit     = 20000
+)
+
+func (l Limits) withDefaults() Limits {
+	if l.Compressed <= 0 {
+		l.Compressed = DefaultCompressedLimit
+	}
+	if l.Inflated <= 0 {
+		l.Inflated = DefaultInflatedLimit
+	}
+	if l.Records <= 0 {
+		l.Records = DefaultRecordLimit
+	}
+	return l
+}
+
+// boundedObjectStore is the object store of one session, whose reads are
+// checked against the limits before Velero's persistence package decodes
+// them. Decoding holds up to Limits.Inflated of the budget for the bytes
+// the file inflates to, so that files decoded at once together stay within
+// one file's worth, however many parents are reconciled at once.
+type boundedObjectStore struct {
+	velero.ObjectStore
+	ctx    context.Context
+	limits Limits
+	budget *semaphore.Weighted
+}
+
+// GetObject implements velero.ObjectStore: the object, once it is known to
+// be within the limits.
+func (s boundedObjectStore) GetObject(bucket, key string) (io.ReadCloser, error) {
+	body, err := s.ObjectStore.GetObject(bucket, key)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	stored, err := io.ReadAll(io.LimitReader(body, s.limits.Compressed+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(stored)) > s.limits.Compressed {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes (--max-operations-file-bytes)", ErrTooLarge, key, s.limits.Compressed)
+	}
+	inflated, err := s.check(key, stored)
+	if err != nil {
+		return nil, err
+	}
+	weight := min(max(inflated, int64(len(stored))), s.limits.Inflated)
+	if err := s.budget.Acquire(s.ctx, weight); err != nil {
+		return nil, err
+	}
+	return &budgeted{Reader: bytes.NewReader(stored), release: func() { s.budget.Release(weight) }}, nil
+}
+
+// check inflates a gzip object into nothing, counting its bytes and the
+// elements of the JSON list it holds, and returns its inflated size. What
+// is not gzip is left to the decoder, which refuses it.
+func (s boundedObjectStore) check(key string, stored []byte) (int64, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(stored))
+	if err != nil {
+		return int64(len(stored)), nil
+	}
+	counted := &countingReader{r: io.LimitReader(zr, s.limits.Inflated+1)}
+	records, err := countListElements(counted, s.limits.Records)
+	if counted.n > s.limits.Inflated {
+		return 0, fmt.Errorf("%w: %s inflates to more than %d bytes (--max-operations-file-inflated-bytes)", ErrTooLarge, key, s.limits.Inflated)
+	}
+	if records > s.limits.Records {
+		return 0, fmt.Errorf("%w: %s holds more than %d records (--max-operations-file-records)", ErrTooLarge, key, s.limits.Records)
+	}
+	if err != nil {
+		return counted.n, nil // the decoder says what is wrong with it
+	}
+	// What is left after the list is inflated too: it counts.
+	if _, err := io.Copy(io.Discard, counted); err == nil && counted.n > s.limits.Inflated {
+		return 0, fmt.Errorf("%w: %s inflates to more than %d bytes (--max-operations-file-inflated-bytes)", ErrTooLarge, key, s.limits.Inflated)
+	}
+	return counted.n, nil
+}
+
+// countListElements counts the elements of the JSON list r holds, up to
+// one past limit, without keeping any of it: a string of a gigabyte costs
+// no memory here. It checks no more of the syntax than it needs; the
+// decoder refuses what is not JSON.
+func countListElements(r io.Reader, limit int) (int, error) {
+	br := bufio.NewReader(r)
+	depth, n := 0, 0
+	inString, escaped, pending := false, false, false
+	for n <= limit {
+		c, err := br.ReadByte()
+		if err != nil {
+			if err == io.EOF {
+				break
+			}
+			return n, err
+		}
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			continue
+		}
+		if depth == 0 && c != '[' {
+			return 0, errors.New("not a JSON list")
+		}
+		if depth == 1 && pending && c != ']' {
+			n++ // the first byte of an element
+			pending = false
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			depth++
+			if depth == 1 {
+				pending = true
+			}
+		case ']', '}':
+			depth--
+			if depth == 0 {
+				return n, nil
+			}
+		case ',':
+			if depth == 1 {
+				pending = true
+			}
+		}
+	}
+	return n, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// budgeted gives its share of the decoding budget back when closed: Velero
+// closes an object once it has decoded it.
+type budgeted struct {
+	*bytes.Reader
+	release func()
+	closed  bool
+}
+
+func (b *budgeted) Close() error {
+	if !b.closed {
+		b.closed = true
+		b.release()
+	}
+	return nil
+}
