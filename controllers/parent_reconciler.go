@@ -51,7 +51,10 @@ import (
 
 // +kubebuilder:rbac:groups=velero.io,namespace=velero,resources=backups;restores,verbs=patch
 // +kubebuilder:rbac:groups=velero.io,namespace=velero,resources=backupstoragelocations,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",namespace=velero,resources=secrets,verbs=get
+// The credential Secrets locations name (spec.credential), read one by one;
+// cloud-credentials is the one `velero install` makes. Add yours: the
+// chart's rbac.secretNames, or a patch of config/rbac's Role.
+// +kubebuilder:rbac:groups="",namespace=velero,resources=secrets,verbs=get,resourceNames=cloud-credentials
 
 // OperationsStore reads and writes Velero's operations files; *store.Store
 // is the real one.

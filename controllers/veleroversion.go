@@ -33,7 +33,7 @@ import (
 	"github.com/itemops/itemops/internal/veleroversion"
 )
 
-// +kubebuilder:rbac:groups=apps,namespace=velero,resources=deployments,verbs=get
+// +kubebuilder:rbac:groups=apps,namespace=velero,resources=deployments,verbs=get,resourceNames=velero
 
 // VeleroDeployment is the name Velero's Deployment has, as both `velero
 // install` and Velero's helm chart (release "velero") name it; Velero's own

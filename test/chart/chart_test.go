@@ -37,6 +37,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -89,6 +90,17 @@ func verbsOn(rules []rbacv1.PolicyRule, group, resource string) []string {
 		}
 	}
 	return verbs
+}
+
+// ruleOn is the rule on a resource of a group; it fails without one.
+func ruleOn(rules []rbacv1.PolicyRule, group, resource string) rbacv1.PolicyRule {
+	for _, r := range rules {
+		if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) {
+			return r
+		}
+	}
+	Fail(fmt.Sprintf("no rule on %s.%s", resource, group))
+	return rbacv1.PolicyRule{}
 }
 
 func merge(maps ...map[string][]rbacv1.PolicyRule) map[string][]rbacv1.PolicyRule {
@@ -196,6 +208,10 @@ var _ = Describe("The chart", Ordered, func() {
 			{"metrics port", []string{"metrics.port=0"}, "/metrics/port"},
 			{"namespace", []string{"veleroNamespace=Velero_NS"}, "/veleroNamespace"},
 			{"init container without image", []string{"initContainers[0].name=aws"}, "/initContainers/0"},
+			{"wildcard verb for plugins", []string{"rbac.pluginRules[0].apiGroups[0]=example.io", "rbac.pluginRules[0].resources[0]=jobs", "rbac.pluginRules[0].verbs[0]=*"}, "/rbac/pluginRules/0/verbs/0"},
+			{"wildcard resource for plugins", []string{"rbac.pluginClusterRules[0].apiGroups[0]=example.io", "rbac.pluginClusterRules[0].resources[0]=*", "rbac.pluginClusterRules[0].verbs[0]=get"}, "/rbac/pluginClusterRules/0/resources/0"},
+			{"wildcard group for plugins", []string{"rbac.pluginRules[0].apiGroups[0]=*", "rbac.pluginRules[0].resources[0]=jobs", "rbac.pluginRules[0].verbs[0]=get"}, "/rbac/pluginRules/0/apiGroups/0"},
+			{"Secret name", []string{"rbac.secretNames[0]=Cloud Credentials"}, "/rbac/secretNames/0"},
 		}
 		for _, tc := range cases {
 			It(tc.name, func() {
@@ -360,6 +376,9 @@ var _ = Describe("The chart", Ordered, func() {
 				g.Expect(verbsOn(clusterRoles["itemops-plugins"], "snapshot.storage.k8s.io", "volumesnapshotcontents")).To(ConsistOf("get"))
 				manager := roles["itemops-manager"]
 				g.Expect(verbsOn(manager, "", "secrets")).To(Equal([]string{"get"}))
+				// Only the Secrets locations name, and only Velero's Deployment.
+				g.Expect(ruleOn(manager, "", "secrets").ResourceNames).To(Equal([]string{"cloud-credentials"}))
+				g.Expect(ruleOn(manager, "apps", "deployments").ResourceNames).To(Equal([]string{"velero"}))
 				g.Expect(verbsOn(manager, "velero.io", "backupstoragelocations")).To(ConsistOf("get", "list", "watch"))
 				g.Expect(verbsOn(manager, "velero.io", "volumesnapshotlocations")).To(ConsistOf("get", "list", "watch"))
 				g.Expect(verbsOn(manager, "velero.io", "deletebackuprequests")).To(ConsistOf("get", "list", "watch"))
@@ -450,6 +469,51 @@ var _ = Describe("The chart", Ordered, func() {
 				To(Equal([]string{"list"}), tag)
 		}
 		g.Expect(verbsOn(rules(g, render(t, "--set", "builtinPlugins.image.tag=v1.19.0"), "ClusterRole")["itemops-plugins"], "velero.io", "datauploads")).To(BeEmpty())
+	})
+
+	// The ServiceAccount's token is the manager's alone: init containers,
+	// third-party plugin images among them, get none; the manager cannot
+	// change a plugin binary; the Secrets it may read are those named.
+	It("the token only in the manager, the plugins read-only, Secrets by name", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		podSpec := func(objects []*unstructured.Unstructured) *corev1.PodSpec {
+			deployments := find(objects, "Deployment")
+			g.Expect(deployments).To(HaveLen(1))
+			d := &appsv1.Deployment{}
+			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(deployments[0].Object, d)).To(Succeed())
+			return &d.Spec.Template.Spec
+		}
+		const tokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+		for name, args := range valuesFiles() {
+			spec := podSpec(render(t, args...))
+			g.Expect(spec.AutomountServiceAccountToken).To(Equal(ptr.To(false)), name)
+			g.Expect(spec.InitContainers).NotTo(BeEmpty(), name)
+			for _, c := range spec.InitContainers {
+				g.Expect(c.VolumeMounts).NotTo(ContainElement(HaveField("MountPath", tokenDir)), "%s: init container %s", name, c.Name)
+				g.Expect(c.VolumeMounts).NotTo(ContainElement(HaveField("Name", "api-token")), "%s: init container %s", name, c.Name)
+			}
+			manager := spec.Containers[0]
+			g.Expect(manager.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "api-token", MountPath: tokenDir, ReadOnly: true}), name)
+			g.Expect(manager.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "plugins", MountPath: "/plugins", ReadOnly: true}), name)
+			var token *corev1.Volume
+			for i := range spec.Volumes {
+				if spec.Volumes[i].Name == "api-token" {
+					token = &spec.Volumes[i]
+				}
+			}
+			g.Expect(token).NotTo(BeNil(), name)
+			g.Expect(token.Projected.Sources).To(ContainElement(HaveField("ServiceAccountToken.Path", "token")), name)
+			g.Expect(token.Projected.Sources).To(ContainElement(HaveField("ConfigMap.Name", "kube-root-ca.crt")), name)
+		}
+
+		secrets := func(args ...string) []string {
+			return ruleOn(rules(g, render(t, args...), "Role")["itemops-manager"], "", "secrets").ResourceNames
+		}
+		g.Expect(secrets("--set", "credentials.existingSecret=velero-credentials", "--set", "rbac.secretNames={bsl-east,cloud-credentials}")).
+			To(Equal([]string{"bsl-east", "cloud-credentials", "velero-credentials"}))
+		g.Expect(verbsOn(rules(g, render(t, "--set", "rbac.secretNames=null"), "Role")["itemops-manager"], "", "secrets")).
+			To(BeEmpty(), "no Secret named, none readable")
 	})
 
 	// Metrics are served over HTTPS to readers the API server vouches for,

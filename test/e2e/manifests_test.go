@@ -193,6 +193,10 @@ var _ = Describe("The install manifests", func() {
 						}
 						if slices.Contains(r.APIGroups, "") && slices.Contains(r.Resources, "secrets") {
 							g.Expect(r.Verbs).To(Equal([]string{"get"}), "Secrets are only read, one by one")
+							g.Expect(r.ResourceNames).To(Equal([]string{"cloud-credentials"}), "only the Secret velero install makes")
+						}
+						if slices.Contains(r.Resources, "deployments") {
+							g.Expect(r.ResourceNames).To(Equal([]string{"velero"}), "only Velero's Deployment")
 						}
 						if slices.Contains(r.APIGroups, "velero.io") && slices.Contains(r.Resources, "backups") {
 							g.Expect(r.Verbs).NotTo(ContainElements("create", "update", "delete"))
