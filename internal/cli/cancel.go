@@ -158,7 +158,7 @@ func describe(op *itemopsv1alpha1.ItemOperation) string {
 	if op.Spec.Resource.Namespace != "" {
 		item = op.Spec.Resource.Namespace + "/" + item
 	}
-	return fmt.Sprintf("itemoperation/%s (%s, %s, operation %s)", op.Name, item, op.Spec.Plugin.Name, op.Spec.OperationID)
+	return fmt.Sprintf("itemoperation/%s (%s, %s, operation %s)", op.Name, view.Printable(item), view.Printable(op.Spec.Plugin.Name), view.Printable(op.Spec.OperationID))
 }
 
 // waitForEnd watches the parent until every named operation has ended,
@@ -196,7 +196,7 @@ func waitForEnd(ctx context.Context, cfg *rest.Config, p view.Parent, names []st
 					delete(waiting, op.Name)
 					line := fmt.Sprintf("%s %s", describe(op), op.Status.Phase)
 					if op.Status.Error != "" {
-						line += ": " + op.Status.Error
+						line += ": " + view.Printable(op.Status.Error)
 					}
 					fmt.Fprintln(out, line)
 				}

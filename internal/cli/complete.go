@@ -107,7 +107,8 @@ func (o *options) completeOperation(cmd *cobra.Command, args []string, toComplet
 		if op.Status.Phase.IsTerminal() || !strings.HasPrefix(op.Spec.OperationID, toComplete) {
 			continue
 		}
-		ids = append(ids, cobra.CompletionWithDesc(op.Spec.OperationID, op.Spec.Resource.Namespace+"/"+op.Spec.Resource.Name+" "+op.Spec.Plugin.Name))
+		ids = append(ids, cobra.CompletionWithDesc(op.Spec.OperationID,
+			view.Printable(op.Spec.Resource.Namespace+"/"+op.Spec.Resource.Name+" "+op.Spec.Plugin.Name)))
 	}
 	return ids, cobra.ShellCompDirectiveNoFileComp
 }

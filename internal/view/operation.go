@@ -100,8 +100,9 @@ func row(op *itemopsv1alpha1.ItemOperation) Operation {
 	if phase == "" {
 		phase = itemopsv1alpha1.OperationPhaseNew
 	}
-	o := Operation{Name: op.Name, ID: op.Spec.OperationID, Item: item(op), Plugin: op.Spec.Plugin.Name, Phase: phase,
-		Done: st.NCompleted, Total: st.NTotal, Units: st.OperationUnits, Error: st.Error,
+	// What plugins and the bucket wrote is made safe for a terminal.
+	o := Operation{Name: op.Name, ID: Printable(op.Spec.OperationID), Item: Printable(item(op)), Plugin: Printable(op.Spec.Plugin.Name),
+		Phase: phase, Done: st.NCompleted, Total: st.NTotal, Units: Printable(st.OperationUnits), Error: Printable(st.Error),
 		CancelRequested: op.Spec.Cancel}
 	if !phase.IsTerminal() {
 		o.Stalled = stalled(op)

@@ -153,7 +153,7 @@ func Summarize(s Snapshot) Summary {
 	for i := range s.Operations {
 		op := &s.Operations[i]
 		st := op.Status
-		plugins[op.Spec.Plugin.Name] = true
+		plugins[Printable(op.Spec.Plugin.Name)] = true
 		switch st.Phase {
 		case itemopsv1alpha1.OperationPhaseCompleted:
 			sum.Completed++
@@ -168,7 +168,7 @@ func Summarize(s Snapshot) Summary {
 				sum.ETA = st.EstimatedCompletion.Time
 			}
 		}
-		units := unitsOf(st.OperationUnits)
+		units := unitsOf(Printable(st.OperationUnits))
 		if st.NTotal > 0 || st.NCompleted > 0 {
 			a := amounts[units]
 			if a == nil {

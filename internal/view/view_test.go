@@ -164,3 +164,40 @@ func TestVisibleKeepsUnfinishedOperationsFirst(t *testing.T) {
 	g.Expect(items(visible(rows, 5))).To(Equal([]string{"1", "3", "4", "  … 3 more operations (3 completed)"}))
 	g.Expect(items(visible(rows, 3))).To(Equal([]string{"1", "  … 5 more operations (3 completed)"}))
 }
+
+// Plugins and whoever writes the bucket control an operation's error,
+// units and identifiers: what kubectl itemops prints of them can neither
+// drive the terminal (escape sequences, a carriage return over the line)
+// nor reorder what is shown.
+func TestPluginTextIsPrintable(t *testing.T) {
+	cases := map[string]string{
+		"copy failed: disk full":                              "copy failed: disk full",
+		"\x1b]0;owned\x07title changed":                       "title changed",
+		"\x1b[31mred\x1b[0m and \x1b[2J cleared":              "red and  cleared",
+		"all good\rFAILED":                                    "all good FAILED",
+		"bell\a and back\bspace":                              "bell? and back?space",
+		"\x1b]8;;https://example.com\x1b\\link\x1b]8;;\x1b\\": "link",
+		"evil\u202egnp.exe":                                   "evil?gnp.exe",
+		"\u009b31m C1 CSI":                                    "?31m C1 CSI",
+		"千 GiB, ü":                                            "千 GiB, ü",
+	}
+	for in, want := range cases {
+		t.Run(fmt.Sprintf("%q", in), func(t *testing.T) {
+			NewWithT(t).Expect(Printable(in)).To(Equal(want))
+		})
+	}
+
+	g := NewWithT(t)
+	op := running(1, 2)
+	op.Spec.OperationID = "du-1\x1b[2K"
+	op.Spec.Plugin.Name = "example.io/\x1b[8mhidden"
+	op.Status.Error = "\x1b]0;owned\x07failed\r\x1b[1A"
+	op.Status.OperationUnits = "bytes\x1b[5m"
+	row := row(op)
+	for _, s := range []string{row.ID, row.Plugin, row.Error, row.Units, row.Item} {
+		g.Expect(s).NotTo(ContainSubstring("\x1b"))
+		g.Expect(s).NotTo(ContainSubstring("\r"))
+		g.Expect(s).NotTo(ContainSubstring("\x07"))
+	}
+	g.Expect(row.Error).To(Equal("failed "))
+}
