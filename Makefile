@@ -172,7 +172,7 @@ build-installer: ## Write dist/install.yaml: everything config/default installs,
 	hack/build-installer.sh "$(IMG)" > dist/install.yaml
 
 .PHONY: release
-release: ## Write a release into dist/$(VERSION)/: install.yaml, the helm chart, kubectl-itemops for linux/darwin amd64/arm64 and its krew manifest, the image (OCI layout and docker tarball), release notes and SHA256SUMS (VERSION=v0.1.0).
+release: ## Write a release into dist/$(VERSION)/: install.yaml, the helm chart, kubectl-itemops for linux/darwin amd64/arm64 and its krew manifest, the image (OCI layout and docker tarball), release notes, CycloneDX SBOMs, SHA256SUMS and its cosign signature (VERSION=v0.1.0 COSIGN_KEY=cosign.key; UNSIGNED=1 for none).
 	hack/release.sh "$(VERSION)"
 
 ##@ Deployment

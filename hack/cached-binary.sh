@@ -8,19 +8,22 @@
 #   hack/cached-binary.sh versitygw              # versitygw, an S3-compatible server
 #   hack/cached-binary.sh velero-plugin-for-aws  # the AWS ObjectStore/VolumeSnapshotter plugin
 #   hack/cached-binary.sh helm                   # the helm CLI (HELM_VERSION: 3.x or 4.x), to lint, render and install the chart
+#   hack/cached-binary.sh cyclonedx-gomod        # CycloneDX's SBOM generator for Go modules, for a release's SBOM
+#   hack/cached-binary.sh cosign                 # sigstore's cosign, to sign a release's checksums with a key
 #
 # Every binary is static (CGO_ENABLED=0), as the projects' own images build
 # them: the same file runs on this machine and in the images test/cluster
 # builds.
 #
-# ITEMOPS_VELERO_BIN, ITEMOPS_VERSITYGW_BIN, ITEMOPS_AWS_PLUGIN and ITEMOPS_HELM_BIN, when set
+# ITEMOPS_VELERO_BIN, ITEMOPS_VERSITYGW_BIN, ITEMOPS_AWS_PLUGIN, ITEMOPS_HELM_BIN,
+# ITEMOPS_CYCLONEDX_GOMOD_BIN and ITEMOPS_COSIGN_BIN, when set
 # to an executable, win and nothing is built. With ITEMOPS_CACHED_ONLY=1 a
 # binary that is not built yet is not built either: the script exits 3.
 set -euo pipefail
 
-name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm}"
+name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm|cyclonedx-gomod|cosign}"
 cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/bin"
-override_var="ITEMOPS_$(tr '[:lower:]' '[:upper:]' <<<"${name}")_BIN"
+override_var="ITEMOPS_$(tr '[:lower:]-' '[:upper:]_' <<<"${name}")_BIN"
 # Further commands of the same module, built into the same directory.
 extra=()
 case "${name}" in
@@ -77,8 +80,22 @@ case "${name}" in
       done
     fi
     ;;
+  cyclonedx-gomod)
+    version="${CYCLONEDX_GOMOD_VERSION:-1.10.0}"
+    module="github.com/CycloneDX/cyclonedx-gomod"
+    pkg="${module}/cmd/cyclonedx-gomod"
+    replaces=()
+    ldflags=""
+    ;;
+  cosign)
+    version="${COSIGN_VERSION:-2.6.5}"
+    module="github.com/sigstore/cosign/v2"
+    pkg="${module}/cmd/cosign"
+    replaces=()
+    ldflags="-X sigs.k8s.io/release-utils/version.gitVersion=v${version}"
+    ;;
   *)
-    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws, helm" >&2
+    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws, helm, cyclonedx-gomod, cosign" >&2
     exit 2
     ;;
 esac

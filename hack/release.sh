@@ -8,9 +8,15 @@
 #   itemops-image-<VERSION>.oci.tar   the manager image, linux/amd64 and linux/arm64, as an OCI image layout
 #   itemops-image-<VERSION>-linux-amd64.tar   the same for linux/amd64, for docker load / podman load
 #   RELEASE-NOTES.md                  the commits since the previous release tag
+#   itemops-<VERSION>.cdx.json        CycloneDX SBOM of the manager: the modules linked into it
+#   kubectl-itemops-<VERSION>.cdx.json  the same for kubectl-itemops
 #   SHA256SUMS                        the checksum of every file above
+#   SHA256SUMS.sig                    a cosign signature of SHA256SUMS with the key COSIGN_KEY
 #
-# Usage: hack/release.sh v0.1.0   (make release VERSION=v0.1.0)
+# Usage: COSIGN_KEY=cosign.key hack/release.sh v0.1.0   (make release VERSION=v0.1.0)
+# COSIGN_KEY is the maintainers' cosign private key (COSIGN_PASSWORD its
+# password); the signature is checked offline against their public key
+# (docs/security.md). UNSIGNED=1 writes a release without it, for trying.
 # IMG names the image (default: ghcr.io/itemops/itemops:<semver>, the tag the
 # chart deploys by default).
 set -euo pipefail
@@ -23,6 +29,10 @@ if [[ ! "$VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]]; then
   exit 2
 fi
 semver="${VERSION#v}"
+if [[ -z "${COSIGN_KEY:-}" && "${UNSIGNED:-}" != 1 ]]; then
+  echo "set COSIGN_KEY to the maintainers' cosign private key (cosign generate-key-pair makes one), or UNSIGNED=1 for a release without a signature" >&2
+  exit 2
+fi
 IMG="${IMG:-ghcr.io/itemops/itemops:${semver}}"
 out="${DIST:-$root/dist/$VERSION}"
 rm -rf "$out"
@@ -65,6 +75,25 @@ previous="$(git describe --tags --abbrev=0 --match 'v*' HEAD^ 2>/dev/null || tru
   git log --no-merges --format='- %s (%h)' "$range" 2>/dev/null || echo "- (built outside a git checkout: no commit log)"
 } > "$out/RELEASE-NOTES.md"
 
+step "SBOMs of the manager and kubectl-itemops"
+# The modules linked into each binary, as built for linux/amd64 (the other
+# platforms link the same modules). The main module's version comes from
+# git: run it in a clone (git worktrees are not read).
+sbom="$(hack/cached-binary.sh cyclonedx-gomod)"
+for main in . cmd/kubectl-itemops; do
+  name=itemops
+  [[ "$main" == . ]] || name="$(basename "$main")"
+  GOOS=linux GOARCH=amd64 CGO_ENABLED=0 "$sbom" app -json -licenses -output "$out/$name-$VERSION.cdx.json" -main "$main" "$root" >&2
+done
+
 step "checksums"
 (cd "$out" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | LC_ALL=C sort | xargs sha256sum > SHA256SUMS)
+
+if [[ -n "${COSIGN_KEY:-}" ]]; then
+  step "signature of SHA256SUMS with $COSIGN_KEY"
+  cosign="$(hack/cached-binary.sh cosign)"
+  # Not uploaded to sigstore's transparency log: checked offline with the key.
+  "$cosign" sign-blob --yes --key "$COSIGN_KEY" --tlog-upload=false \
+    --output-signature "$out/SHA256SUMS.sig" "$out/SHA256SUMS" >&2
+fi
 echo "$out"

@@ -68,15 +68,33 @@ func entries(g Gomega, path string, gzipped bool) map[string][]byte {
 	}
 }
 
+// cachedBinary builds a tool once per machine (hack/cached-binary.sh).
+func cachedBinary(g Gomega, root, name string) string {
+	cmd := exec.Command(filepath.Join(root, "hack", "cached-binary.sh"), name)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	g.Expect(err).NotTo(HaveOccurred(), "building %s", name)
+	return strings.TrimSpace(string(out))
+}
+
 func TestReleaseWritesEveryArtifact(t *testing.T) {
 	g := NewWithT(t)
 	root, err := envtest.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())
 	dist := t.TempDir()
+	// The maintainers' key pair, as cosign makes one.
+	cosign := cachedBinary(g, root, "cosign")
+	keys := t.TempDir()
+	generate := exec.Command(cosign, "generate-key-pair")
+	generate.Dir = keys
+	generate.Env = append(os.Environ(), "COSIGN_PASSWORD=release-test")
+	output, err := generate.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "cosign generate-key-pair: %s", output)
+
 	cmd := exec.Command(filepath.Join(root, "hack", "release.sh"), version)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "DIST="+dist)
-	output, err := cmd.CombinedOutput()
+	cmd.Env = append(os.Environ(), "DIST="+dist, "COSIGN_KEY="+filepath.Join(keys, "cosign.key"), "COSIGN_PASSWORD=release-test")
+	output, err = cmd.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "hack/release.sh: %s", output)
 
 	read := func(name string) string {
@@ -119,6 +137,43 @@ func TestReleaseWritesEveryArtifact(t *testing.T) {
 	g.Expect(notes).To(HavePrefix("# itemops " + version + "\n"))
 	g.Expect(notes).To(ContainSubstring("\n- "), "at least one change")
 
+	// An SBOM of each binary: the modules linked into it, itemops' own
+	// dependencies among them.
+	for _, name := range []string{"itemops-" + version + ".cdx.json", "kubectl-itemops-" + version + ".cdx.json"} {
+		var bom struct {
+			BOMFormat  string `json:"bomFormat"`
+			Metadata   struct{ Component struct{ Name string } }
+			Components []struct {
+				Name, Version, Purl string
+			}
+		}
+		g.Expect(json.Unmarshal([]byte(read(name)), &bom)).To(Succeed(), name)
+		g.Expect(bom.BOMFormat).To(Equal("CycloneDX"), name)
+		g.Expect(bom.Metadata.Component.Name).To(Equal("github.com/itemops/itemops"), name)
+		var purls []string
+		for _, c := range bom.Components {
+			purls = append(purls, c.Purl)
+		}
+		g.Expect(purls).To(ContainElement(HavePrefix("pkg:golang/k8s.io/client-go@v0.")), name)
+		if strings.HasPrefix(name, "itemops-") {
+			g.Expect(purls).To(ContainElement(HavePrefix("pkg:golang/github.com/vmware-tanzu/velero@v1.")), name)
+		}
+	}
+
+	// The signature checks offline with the public key, and fails for
+	// checksums changed after signing.
+	verify := func(sums string) ([]byte, error) {
+		return exec.Command(cosign, "verify-blob", "--key", filepath.Join(keys, "cosign.pub"),
+			"--signature", filepath.Join(dist, "SHA256SUMS.sig"), "--insecure-ignore-tlog", sums).CombinedOutput()
+	}
+	output, err = verify(filepath.Join(dist, "SHA256SUMS"))
+	g.Expect(err).NotTo(HaveOccurred(), "cosign verify-blob: %s", output)
+	g.Expect(string(output)).To(ContainSubstring("Verified OK"))
+	tampered := filepath.Join(t.TempDir(), "SHA256SUMS")
+	g.Expect(os.WriteFile(tampered, []byte(strings.Replace(read("SHA256SUMS"), "install.yaml", "install.yml", 1)), 0o644)).To(Succeed())
+	output, err = verify(tampered)
+	g.Expect(err).To(HaveOccurred(), "a changed SHA256SUMS verified: %s", output)
+
 	// SHA256SUMS names every other file, with its checksum.
 	listed := map[string]string{}
 	s := bufio.NewScanner(strings.NewReader(read("SHA256SUMS")))
@@ -129,9 +184,9 @@ func TestReleaseWritesEveryArtifact(t *testing.T) {
 	}
 	all, err := os.ReadDir(dist)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(listed).To(HaveLen(len(all) - 1))
+	g.Expect(listed).To(HaveLen(len(all) - 2))
 	for _, e := range all {
-		if e.Name() == "SHA256SUMS" {
+		if e.Name() == "SHA256SUMS" || e.Name() == "SHA256SUMS.sig" {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(dist, e.Name()))
