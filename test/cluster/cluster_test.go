@@ -17,6 +17,8 @@ limitations under the License.
 package cluster
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -50,7 +52,9 @@ import (
 	"github.com/itemops/itemops/controllers"
 	"github.com/itemops/itemops/test/csisim"
 	"github.com/itemops/itemops/test/plugins/sim"
+	scrapepkg "github.com/itemops/itemops/test/scrape"
 	"github.com/itemops/itemops/test/stack"
+	"github.com/itemops/itemops/test/veleroenv"
 )
 
 // The plugins whose operations the Backups hold.
@@ -313,7 +317,28 @@ func scrape(g Gomega) string {
 func scrapeAs(g Gomega, token string) (int, string) {
 	svc := &corev1.Service{}
 	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: stack.Release + "-metrics"}, svc)).To(Succeed())
-	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("https://%s:%d/metrics", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port), nil)
+	return scrapeURL(g, fmt.Sprintf("https://%s:%d/metrics", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port), token)
+}
+
+// scrapePod reads one manager pod's own metrics, by its pod IP, with the
+// metrics reader's token.
+func scrapePod(g Gomega, pod corev1.Pod) scrapepkg.Families {
+	var port int32
+	for _, p := range pod.Spec.Containers[0].Ports {
+		if p.Name == "metrics" {
+			port = p.ContainerPort
+		}
+	}
+	g.Expect(port).NotTo(BeZero(), "pod %s has no metrics port", pod.Name)
+	code, body := scrapeURL(g, fmt.Sprintf("https://%s:%d/metrics", pod.Status.PodIP, port), metricsToken)
+	g.Expect(code).To(Equal(http.StatusOK), body)
+	families, err := scrapepkg.Parse(strings.NewReader(body))
+	g.Expect(err).NotTo(HaveOccurred())
+	return families
+}
+
+func scrapeURL(g Gomega, url, token string) (int, string) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -342,6 +367,16 @@ var _ = Describe("itemops installed by the README beside velero install", Ordere
 			inits = append(inits, st.Name)
 		}
 		Expect(inits).To(Equal([]string{"cp-plugin", "velero-builtin-plugins", "velero-plugin-for-aws", "itemops-sample-plugins"}))
+		By("the token in the manager only, as the API server admitted the pod")
+		const tokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+		for _, c := range pod.Spec.InitContainers {
+			Expect(c.VolumeMounts).NotTo(ContainElement(HaveField("MountPath", tokenDir)), "init container %s", c.Name)
+		}
+		Expect(pod.Spec.Containers[0].VolumeMounts).To(ContainElement(HaveField("MountPath", tokenDir)))
+		By("a plugin binary cannot be swapped from inside the manager")
+		out, err := s.Run(ctx, "kubectl exec -n velero "+pod.Name+" -c manager -- /cp-plugin /cp-plugin /plugins/velero")
+		Expect(err).To(HaveOccurred(), "the copy over /plugins/velero succeeded: %s", out)
+		Expect(out).To(ContainSubstring("read-only file system"))
 		Eventually(leader).WithContext(ctx).WithTimeout(time.Minute).Should(Equal(pod.Name))
 		ns := &corev1.Namespace{}
 		Expect(s.Client.Get(ctx, client.ObjectKey{Name: stack.VeleroNamespace}, ns)).To(Succeed())
@@ -457,6 +492,73 @@ var _ = Describe("itemops installed by the README beside velero install", Ordere
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
 		By("the Backup Velero had counted a failure of ends with it counted once")
 		endsCountedOnce(ctx, "to-manage", true)
+	})
+
+	// A gzip bomb in the bucket (a megabyte that inflates to a gigabyte:
+	// Velero's own decoder would hold all of it) is measured, not read: its
+	// Backup says why and ends PartiallyFailed, itemops stays Ready without
+	// a restart, and a Backup beside it ends as usual. In manage mode, where
+	// Velero does not read operations files itself.
+	It("manage mode: a gzip bomb as a Backup's operations file leaves itemops Ready and the other Backups going", func(ctx SpecContext) {
+		restarts := func(g Gomega) map[string]int32 {
+			out := map[string]int32{}
+			for _, p := range managers(g) {
+				for _, st := range p.Status.ContainerStatuses {
+					out[p.Name] += st.RestartCount
+				}
+			}
+			return out
+		}
+		before := restarts(Default)
+		appNamespace(ctx, "beside", item{name: "papers", size: "2Gi", speed: "64Mi"})
+		run(ctx, "velero backup create beside --include-namespaces beside")
+
+		// Created waiting for its operations (Velero's Backup has no status
+		// subresource), so that Velero's backup controller never runs it.
+		bomb := &velerov1api.Backup{ObjectMeta: metav1.ObjectMeta{Name: "bomb", Namespace: stack.VeleroNamespace},
+			Spec: velerov1api.BackupSpec{StorageLocation: "default"},
+			Status: velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations, BackupItemOperationsAttempted: 1,
+				StartTimestamp: &metav1.Time{Time: time.Now()}}}
+		var raw bytes.Buffer
+		zw := gzip.NewWriter(&raw)
+		_, err := zw.Write([]byte(`["`))
+		Expect(err).NotTo(HaveOccurred())
+		chunk := bytes.Repeat([]byte("a"), 1<<20)
+		for range 1024 {
+			_, err = zw.Write(chunk)
+			Expect(err).NotTo(HaveOccurred())
+		}
+		_, err = zw.Write([]byte(`"]`))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(zw.Close()).To(Succeed())
+		file := veleroenv.BackupOperationsFile(filepath.Join(s.Work, "volumes", "s3", stack.Bucket), bomb.Name)
+		Expect(os.MkdirAll(filepath.Dir(file), 0o755)).To(Succeed())
+		Expect(os.WriteFile(file, raw.Bytes(), 0o644)).To(Succeed())
+		Expect(s.Client.Create(ctx, bomb)).To(Succeed())
+
+		Eventually(backupPhase("bomb")).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
+		events := &corev1.EventList{}
+		Expect(s.Client.List(ctx, events, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+		var reasons []string
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "Backup" && e.InvolvedObject.Name == "bomb" {
+				reasons = append(reasons, e.Reason+": "+e.Message)
+			}
+		}
+		Expect(reasons).To(ContainElement(And(HavePrefix("OperationsFileTooLarge: "), ContainSubstring("--max-operations-file-inflated-bytes"))))
+		Eventually(backupPhase("beside")).WithContext(ctx).WithTimeout(3 * time.Minute).Should(Equal(velerov1api.BackupPhaseCompleted))
+		Expect(readyManagers(Default)).To(HaveLen(2))
+		Expect(restarts(Default)).To(Equal(before), "no itemops container restarted (out of memory)")
+		// The Go runtime never gives its heap's address space back, so the
+		// memory it obtained is the most it ever held: a decoder that had
+		// read the gigabyte would show it here, or have been killed.
+		for _, pod := range managers(Default) {
+			limit := pod.Spec.Containers[0].Resources.Limits.Memory().Value()
+			Expect(limit).To(BeNumerically(">", 0), "the chart sets a memory limit")
+			obtained := scrapePod(Default, pod).Sum("go_memstats_sys_bytes", nil)
+			Expect(obtained).To(And(BeNumerically(">", 0), BeNumerically("<", limit)),
+				"pod %s obtained %.0f bytes, its limit is %d", pod.Name, obtained, limit)
+		}
 	})
 
 	It("manage mode: a Backup ends right after its leader pod is force-deleted mid-flight", func(ctx SpecContext) {
