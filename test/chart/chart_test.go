@@ -92,6 +92,15 @@ func verbsOn(rules []rbacv1.PolicyRule, group, resource string) []string {
 	return verbs
 }
 
+// podSpecOf is the pod spec of the one rendered Deployment.
+func podSpecOf(g Gomega, objects []*unstructured.Unstructured) *corev1.PodSpec {
+	deployments := find(objects, "Deployment")
+	g.Expect(deployments).To(HaveLen(1))
+	d := &appsv1.Deployment{}
+	g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(deployments[0].Object, d)).To(Succeed())
+	return &d.Spec.Template.Spec
+}
+
 // ruleOn is the rule on a resource of a group; it fails without one.
 func ruleOn(rules []rbacv1.PolicyRule, group, resource string) rbacv1.PolicyRule {
 	for _, r := range rules {
@@ -212,6 +221,7 @@ var _ = Describe("The chart", Ordered, func() {
 			{"wildcard resource for plugins", []string{"rbac.pluginClusterRules[0].apiGroups[0]=example.io", "rbac.pluginClusterRules[0].resources[0]=*", "rbac.pluginClusterRules[0].verbs[0]=get"}, "/rbac/pluginClusterRules/0/resources/0"},
 			{"wildcard group for plugins", []string{"rbac.pluginRules[0].apiGroups[0]=*", "rbac.pluginRules[0].resources[0]=jobs", "rbac.pluginRules[0].verbs[0]=get"}, "/rbac/pluginRules/0/apiGroups/0"},
 			{"Secret name", []string{"rbac.secretNames[0]=Cloud Credentials"}, "/rbac/secretNames/0"},
+			{"no file may be read", []string{"maxOperationsFileRecords=0"}, "/maxOperationsFileRecords"},
 		}
 		for _, tc := range cases {
 			It(tc.name, func() {
@@ -474,16 +484,10 @@ var _ = Describe("The chart", Ordered, func() {
 	// The ServiceAccount's token is the manager's alone: init containers,
 	// third-party plugin images among them, get none; the manager cannot
 	// change a plugin binary; the Secrets it may read are those named.
-	It("the token only in the manager, the plugins read-only, Secrets by name", func() {
+	It("the token only in the manager, the plugins read-only, Secrets by name, reads from the bucket bounded", func() {
 		t := GinkgoTB()
 		g := NewWithT(t)
-		podSpec := func(objects []*unstructured.Unstructured) *corev1.PodSpec {
-			deployments := find(objects, "Deployment")
-			g.Expect(deployments).To(HaveLen(1))
-			d := &appsv1.Deployment{}
-			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(deployments[0].Object, d)).To(Succeed())
-			return &d.Spec.Template.Spec
-		}
+		podSpec := func(objects []*unstructured.Unstructured) *corev1.PodSpec { return podSpecOf(g, objects) }
 		const tokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 		for name, args := range valuesFiles() {
 			spec := podSpec(render(t, args...))
@@ -514,6 +518,12 @@ var _ = Describe("The chart", Ordered, func() {
 			To(Equal([]string{"bsl-east", "cloud-credentials", "velero-credentials"}))
 		g.Expect(verbsOn(rules(g, render(t, "--set", "rbac.secretNames=null"), "Role")["itemops-manager"], "", "secrets")).
 			To(BeEmpty(), "no Secret named, none readable")
+
+		// Reads from the bucket are bounded, by default and as set.
+		g.Expect(podSpec(render(t)).Containers[0].Args).To(ContainElements("--max-operations-file-bytes=8388608",
+			"--max-operations-file-inflated-bytes=33554432", "--max-operations-file-records=20000"))
+		g.Expect(podSpec(render(t, "--set", "maxOperationsFileInflatedBytes=1073741824")).Containers[0].Args).
+			To(ContainElement("--max-operations-file-inflated-bytes=1073741824"))
 	})
 
 	// Metrics are served over HTTPS to readers the API server vouches for,
@@ -522,13 +532,7 @@ var _ = Describe("The chart", Ordered, func() {
 	It("metrics are authenticated unless turned off", func() {
 		t := GinkgoTB()
 		g := NewWithT(t)
-		podSpec := func(objects []*unstructured.Unstructured) *corev1.PodSpec {
-			deployments := find(objects, "Deployment")
-			g.Expect(deployments).To(HaveLen(1))
-			d := &appsv1.Deployment{}
-			g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(deployments[0].Object, d)).To(Succeed())
-			return &d.Spec.Template.Spec
-		}
+		podSpec := func(objects []*unstructured.Unstructured) *corev1.PodSpec { return podSpecOf(g, objects) }
 		endpoint := func(objects []*unstructured.Unstructured) map[string]any {
 			monitors := find(objects, "ServiceMonitor")
 			g.Expect(monitors).To(HaveLen(1))
