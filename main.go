@@ -24,16 +24,13 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -247,7 +244,7 @@ func main() {
 		}
 	}
 
-	reportKubernetesVersion(cfg, mgr.GetHTTPClient())
+	kubeversion.Report(cfg, mgr.GetHTTPClient(), ctrl.Log.WithName("kubernetes-version"))
 
 	// Which Velero runs, and which serves the built-in plugins: reported
 	// once by the leader (docs/velero.md, "Velero releases").
@@ -306,28 +303,4 @@ func metricsServer(opts options.Options) (metricsserver.Options, error) {
 	server.FilterProvider = filters.WithAuthenticationAndAuthorization
 	server.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
 	return server, nil
-}
-
-// reportKubernetesVersion says at start which Kubernetes the API server runs
-// and whether itemops is tested there: the one gate kustomize and
-// dist/install.yaml users see (the chart's kubeVersion is helm's). It never
-// stops itemops.
-func reportKubernetesVersion(cfg *rest.Config, httpClient *http.Client) {
-	log := ctrl.Log.WithName("kubernetes-version")
-	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		log.Error(err, "reading the API server's version")
-		return
-	}
-	info, err := dc.ServerVersion()
-	if err != nil {
-		log.Error(err, "reading the API server's version")
-		return
-	}
-	support, why := kubeversion.Assess(info.GitVersion)
-	if support == kubeversion.Unsupported {
-		log.Error(nil, why, "version", info.GitVersion, "support", support)
-		return
-	}
-	log.Info("Kubernetes' release", "version", info.GitVersion, "support", support, "why", why)
 }

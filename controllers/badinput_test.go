@@ -479,8 +479,8 @@ var _ = Describe("Bad operation input", Label("envtest"), func() {
 			file: func(t testing.TB, _ *velerov1api.Backup) []byte {
 				return gzipped(t, []byte("["+strings.Repeat("{},", store.DefaultRecordLimit)+"{}]"))
 			},
-			phase:  velerov1api.BackupPhasePartiallyFailed,
-			events: []string{reasonTooLarge + ": …holds more than 20000 records (--max-operations-file-records)"},
+			phase:      velerov1api.BackupPhasePartiallyFailed,
+			events:     []string{reasonTooLarge + ": …holds more than 20000 records (--max-operations-file-records)"},
 			operations: func(g Gomega, ops []itemopsv1alpha1.ItemOperation) { g.Expect(ops).To(BeEmpty()) },
 		}, {
 			name: "larger than allowed as stored", attempted: 1,

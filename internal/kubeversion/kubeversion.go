@@ -23,8 +23,12 @@ package kubeversion
 
 import (
 	"fmt"
+	"net/http"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 )
 
 // The minors of Kubernetes 1 that make test-kube passes on, oldest and
@@ -65,4 +69,28 @@ func Assess(gitVersion string) (Support, string) {
 		return Untested, fmt.Sprintf("Kubernetes %s is newer than the releases itemops is tested on (%s)", gitVersion, tested)
 	}
 	return Supported, fmt.Sprintf("Kubernetes %s is a release itemops is tested on", gitVersion)
+}
+
+// Report says at start which Kubernetes the API server runs and whether
+// itemops is tested there: the one gate kustomize and dist/install.yaml
+// users see (the chart's kubeVersion is helm's). An Unsupported release is
+// logged as an error; nothing here stops itemops.
+func Report(cfg *rest.Config, httpClient *http.Client, log logr.Logger) Support {
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		log.Error(err, "reading the API server's version")
+		return Unknown
+	}
+	info, err := dc.ServerVersion()
+	if err != nil {
+		log.Error(err, "reading the API server's version")
+		return Unknown
+	}
+	support, why := Assess(info.GitVersion)
+	if support == Unsupported {
+		log.Error(nil, why, "version", info.GitVersion, "support", support)
+		return support
+	}
+	log.Info("Kubernetes' release", "version", info.GitVersion, "support", support, "why", why)
+	return support
 }

@@ -17,9 +17,16 @@ limitations under the License.
 package kubeversion
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/go-logr/logr/funcr"
+	apimachineryversion "k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/rest"
 )
 
 func TestAssess(t *testing.T) {
@@ -40,5 +47,41 @@ func TestAssess(t *testing.T) {
 		if got != tc.want || !strings.Contains(why, tc.says) {
 			t.Errorf("Assess(%q) = %s, %q; want %s saying %q", tc.version, got, why, tc.want, tc.says)
 		}
+	}
+}
+
+func TestReport(t *testing.T) {
+	for _, tc := range []struct {
+		gitVersion string
+		want       Support
+		logged     string
+	}{
+		{fmt.Sprintf("v1.%d.2", NewestMinor), Supported, `"level"=0 "msg"="Kubernetes' release"`},
+		{fmt.Sprintf("v1.%d.14", OldestMinor-1), Unsupported, fmt.Sprintf(`"msg"="Kubernetes v1.%d.14 is older than the releases itemops is tested on (1.%d to 1.%d); the chart refuses it, and nothing has checked that itemops works there" "error"=null`, OldestMinor-1, OldestMinor, NewestMinor)},
+	} {
+		server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/version" {
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(apimachineryversion.Info{GitVersion: tc.gitVersion})
+		}))
+		var lines []string
+		log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+		got := Report(&rest.Config{Host: server.URL}, server.Client(), log)
+		server.Close()
+		if got != tc.want || len(lines) != 1 || !strings.Contains(lines[0], tc.logged) {
+			t.Errorf("Report at %s = %s, logged %q; want %s logging %q", tc.gitVersion, got, lines, tc.want, tc.logged)
+		}
+	}
+
+	unreachable := httptest.NewServer(http.NotFoundHandler())
+	unreachable.Close()
+	var lines []string
+	log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+	if got := Report(&rest.Config{Host: unreachable.URL}, unreachable.Client(), log); got != Unknown ||
+		len(lines) != 1 || !strings.Contains(lines[0], "reading the API server's version") {
+		t.Errorf("Report with no API server = %s, logged %q; want Unknown and the error", got, lines)
 	}
 }
