@@ -236,23 +236,14 @@ func (o Options) Validate() error {
 	}
 	for _, n := range []struct {
 		flag  string
-		value int
-	}{
-		{"--max-concurrent-reconciles", o.MaxConcurrentReconciles},
-		{"--max-progress-failures", o.MaxProgressFailures},
-		{"--kube-api-qps", o.KubeAPIQPS},
-		{"--status-write-qps", o.StatusWriteQPS},
-		{"--kube-api-burst", o.KubeAPIBurst},
-		{"--max-operations-file-records", o.MaxFileRecords},
-	} {
-		if n.value < 1 {
-			errs = append(errs, fmt.Errorf("%s must be at least 1, got %d", n.flag, n.value))
-		}
-	}
-	for _, n := range []struct {
-		flag  string
 		value int64
 	}{
+		{"--max-concurrent-reconciles", int64(o.MaxConcurrentReconciles)},
+		{"--max-progress-failures", int64(o.MaxProgressFailures)},
+		{"--kube-api-qps", int64(o.KubeAPIQPS)},
+		{"--status-write-qps", int64(o.StatusWriteQPS)},
+		{"--kube-api-burst", int64(o.KubeAPIBurst)},
+		{"--max-operations-file-records", int64(o.MaxFileRecords)},
 		{"--max-operations-file-bytes", o.MaxFileBytes},
 		{"--max-operations-file-inflated-bytes", o.MaxFileInflatedBytes},
 	} {

@@ -109,7 +109,7 @@ func (p *pins) digest(path string) string {
 
 // Command returns a command that runs the binary at path with args, if it
 // is the binary discovery found there (the same checks as every plugin
-// launch); close releases the file once the command has started. The
+// launch); release closes the file once the command has started. The
 // Velero version check runs the built-in plugins' velero binary with it.
 func (m *Manager) Command(ctx context.Context, path string, args ...string) (cmd *exec.Cmd, release func(), err error) {
 	f, err := m.pins.open(path)
