@@ -123,6 +123,29 @@ func waitingBackup(t testing.TB, name string, annotations []map[string]string) (
 	return b, ids
 }
 
+// removeBackup deletes a Backup and its ItemOperations, finalizers and
+// all, and waits until they are gone.
+func removeBackup(t testing.TB, b *velerov1api.Backup) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	list := &itemopsv1alpha1.ItemOperationList{}
+	g.Expect(env.Client.List(ctx, list, client.InNamespace(b.Namespace),
+		client.MatchingLabels{itemopsv1alpha1.LabelParentUID: string(b.UID)})).To(Succeed())
+	for i := range list.Items {
+		op := &list.Items[i]
+		if len(op.Finalizers) > 0 {
+			patch := client.MergeFrom(op.DeepCopy())
+			op.Finalizers = nil
+			g.Expect(client.IgnoreNotFound(env.Client.Patch(ctx, op, patch))).To(Succeed())
+		}
+		g.Expect(client.IgnoreNotFound(env.Client.Delete(ctx, op))).To(Succeed())
+	}
+	g.Expect(client.IgnoreNotFound(env.Client.Delete(ctx, b))).To(Succeed())
+	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 30*time.Second, 100*time.Millisecond).
+		Should(BeEmpty())
+}
+
 func operationPhases(g Gomega, b *velerov1api.Backup) []itemopsv1alpha1.OperationPhase {
 	list := &itemopsv1alpha1.ItemOperationList{}
 	g.Expect(env.Client.List(context.Background(), list, client.InNamespace(b.Namespace),
@@ -150,6 +173,8 @@ func oneOfEachEnd(t testing.TB, name, mode string) (*velerov1api.Backup, *manage
 	})
 	address := freeAddress(t)
 	m := startManager(t, pluginDir, mode, "--metrics-bind-address="+address)
+	// The third runs on: no later spec's manager may see it.
+	t.Cleanup(func() { removeBackup(t, b) })
 	g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
 		Should(ConsistOf(itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseInProgress),
 			"manager output:\n%s", m.output.String())
@@ -173,6 +198,10 @@ var _ = Describe("itemops beside a simulated Velero", func() {
 		t.Setenv(sim.EnvStateDir, filepath.Join(t.TempDir(), "state"))
 		b, _ := waitingBackup(t, "swapped", []map[string]string{{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"}})
 		m := startManager(t, pluginDir, "--mode=observe")
+		// Its operation is left running, and its ID is known only to this
+		// spec's plugin state: a later spec's manager would fail it (and
+		// count that end in its metrics).
+		t.Cleanup(func() { removeBackup(t, b) })
 		g.Eventually(func(g Gomega) []itemopsv1alpha1.OperationPhase { return operationPhases(g, b) }, 20*time.Second, 100*time.Millisecond).
 			Should(ConsistOf(itemopsv1alpha1.OperationPhaseInProgress), "manager output:\n%s", m.output.String())
 
