@@ -105,9 +105,17 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(s.Install(ctx, firstTag)).To(Succeed(), "installing Velero and itemops as the README says")
 }, NodeTimeout(20*time.Minute))
 
+// specStart is when the running spec began: the sample plugins'
+// operations it touched are those changed since.
+var specStart time.Time
+
+var _ = BeforeEach(func() { specStart = time.Now() })
+
 // Whatever fails, the state of Velero's namespace is printed: the pods
-// that are not Ready with their containers' logs, itemops' logs, and the
-// Warning events.
+// that are not Ready with their containers' logs, itemops', Velero's and
+// node-agent's logs, the sample plugins' account of the calls they took
+// and the Warning events; every container's whole log is kept in
+// $ARTIFACTS/cluster-logs/pods/<spec>/.
 var _ = AfterEach(func() {
 	if CurrentSpecReport().Failed() && s != nil {
 		failed = true
@@ -116,8 +124,19 @@ var _ = AfterEach(func() {
 })
 
 func diagnose() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	GinkgoWriter.Printf("\n=== the state of namespace %s after the failure\n%s\n", stack.VeleroNamespace, s.Diagnose(ctx, stack.VeleroNamespace))
 	GinkgoWriter.Printf("=== itemops' logs\n%s\n", s.Logs(ctx, stack.VeleroNamespace, "app.kubernetes.io/name=itemops", 60))
+	GinkgoWriter.Printf("=== Velero's server log (its plugin processes' log lines and exits among them)\n%s\n",
+		s.Logs(ctx, stack.VeleroNamespace, stack.VeleroPods, 300))
+	GinkgoWriter.Printf("=== node-agent's log\n%s\n", s.Logs(ctx, stack.VeleroNamespace, stack.NodeAgentPods, 60))
+	GinkgoWriter.Printf("=== the sample plugins' operations changed during the spec, and the calls each took\n%s\n", s.SampleCalls(specStart))
+	if artifacts := os.Getenv("ARTIFACTS"); artifacts != "" {
+		dir := filepath.Join(artifacts, "cluster-logs", "pods", fmt.Sprintf("spec-%d", CurrentSpecReport().LeafNodeLocation.LineNumber))
+		if err := s.SaveLogs(ctx, dir, stack.VeleroNamespace, stack.StorageNamespace, stack.StandinNamespace); err != nil {
+			GinkgoWriter.Printf("keeping the pods' logs: %v\n", err)
+		}
+		GinkgoWriter.Printf("every container's whole log: %s\n", dir)
+	}
 }

@@ -18,7 +18,10 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -28,6 +31,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/itemops/itemops/test/plugins/sim"
 )
 
 // Diagnose describes what is wrong in a namespace, for a failure message:
@@ -182,4 +187,60 @@ func eventTime(e *corev1.Event) time.Time {
 		return e.LastTimestamp.Time
 	}
 	return e.EventTime.Time
+}
+
+// The pods of Velero's server and of node-agent, as `velero install`
+// labels them.
+const (
+	VeleroPods    = "deploy=velero"
+	NodeAgentPods = "name=node-agent"
+)
+
+// SaveLogs writes the whole log of every container of every pod of the
+// namespaces, and the previous run's of a container that restarted, to
+// dir/<namespace>/<pod>_<container>[_previous].log.
+func (s *Stack) SaveLogs(ctx context.Context, dir string, namespaces ...string) error {
+	cs, err := kubernetes.NewForConfig(s.Cluster.RESTConfig)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, ns := range namespaces {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join(dir, ns), 0o755); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			statuses := append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
+			for _, st := range statuses {
+				for _, previous := range []bool{false, true} {
+					if previous && st.RestartCount == 0 {
+						continue
+					}
+					logs, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: st.Name, Previous: previous}).DoRaw(ctx)
+					if err != nil {
+						continue
+					}
+					name := p.Name + "_" + st.Name
+					if previous {
+						name += "_previous"
+					}
+					if err := os.WriteFile(filepath.Join(dir, ns, name+".log"), logs, 0o644); err != nil {
+						errs = append(errs, err)
+					}
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SampleCalls describes the sample plugins' operations whose state changed
+// since a time, with the calls each took (sim.Account).
+func (s *Stack) SampleCalls(since time.Time) string {
+	return sim.Account(s.SampleStateDir(), since)
 }

@@ -51,15 +51,15 @@ func main() {
 	framework.NewServer().
 		BindFlags(pflag.CommandLine).
 		RegisterBackupItemActionV2(DatamoverName, func(log logrus.FieldLogger) (any, error) {
-			store, err := sim.NewHandlerStore(DatamoverName)
+			store, err := sim.NewHandlerStore(DatamoverName, log)
 			return &datamover{log: log, store: store}, err
 		}).
 		RegisterRestoreItemActionV2(RestorerName, func(log logrus.FieldLogger) (any, error) {
-			store, err := sim.NewHandlerStore(RestorerName)
+			store, err := sim.NewHandlerStore(RestorerName, log)
 			return &restorer{log: log, store: store}, err
 		}).
 		RegisterVolumeSnapshotterV2(SnapshotterName, func(log logrus.FieldLogger) (any, error) {
-			store, err := sim.NewHandlerStore(SnapshotterName)
+			store, err := sim.NewHandlerStore(SnapshotterName, log)
 			return &snapshotter{log: log, store: store}, err
 		}).
 		Serve()

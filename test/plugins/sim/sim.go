@@ -29,11 +29,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
@@ -149,6 +152,52 @@ type State struct {
 	Cancels int `json:"cancels,omitempty"`
 	// ProgressCalls counts the Progress calls answered.
 	ProgressCalls int `json:"progressCalls,omitempty"`
+	// Calls are the last MaxCalls Progress and Cancel calls received, the
+	// oldest first: which process answered what, for a failure's
+	// diagnosis.
+	Calls []Call `json:"calls,omitempty"`
+}
+
+// MaxCalls is how many calls a State keeps.
+const MaxCalls = 20
+
+// Call is one Progress or Cancel call an operation received, as the
+// plugin process that took it saw it.
+type Call struct {
+	At time.Time `json:"at"`
+	// PID is the plugin process's, and Caller the program that started
+	// it (velero for Velero's plugin processes).
+	PID    int    `json:"pid"`
+	Caller string `json:"caller"`
+	Method string `json:"method"`
+	// Result is the answer: "InProgress 5/10", "Completed", "Failed: …",
+	// "error: …", "canceled", "cancel ignored", or "exited" for a
+	// process that exited on purpose during the call.
+	Result string `json:"result"`
+}
+
+// String is the call on one line.
+func (c Call) String() string {
+	return fmt.Sprintf("%s %s by pid %d (started by %s): %s", c.At.Format("15:04:05.000"), c.Method, c.PID, c.Caller, c.Result)
+}
+
+// record keeps a call, dropping the oldest beyond MaxCalls.
+func (st *State) record(at time.Time, method, result string) {
+	st.Calls = append(st.Calls, Call{At: at, PID: os.Getpid(), Caller: parentProgram(), Method: method, Result: result})
+	if extra := len(st.Calls) - MaxCalls; extra > 0 {
+		st.Calls = slices.Delete(st.Calls, 0, extra)
+	}
+}
+
+// answer is a Progress answer as a Call's result.
+func answer(p velero.OperationProgress) string {
+	switch {
+	case p.Completed && p.Err != "":
+		return "Failed: " + p.Err
+	case p.Completed:
+		return "Completed"
+	}
+	return fmt.Sprintf("InProgress %d/%d", p.NCompleted, p.NTotal)
 }
 
 // Answer is a Progress answer given as is. Times are Unix seconds, so that
@@ -190,12 +239,17 @@ func (s *State) CompletesAt() time.Time {
 	return s.Started.Add(s.Duration())
 }
 
-// Store keeps operation states in a directory.
+// Store keeps operation states in a directory. Several processes may
+// share it (Velero's plugin processes and itemops', in two pods on one
+// volume): every read-modify-write of an operation's state holds that
+// operation's lock file, so no process works from a state another is
+// changing, and none overwrites what another wrote.
 type Store struct {
 	dir string
 	now func() time.Time
-	// mu serialises read-modify-write of state files within the process.
-	mu sync.Mutex
+	// log, when set, gets what the process does on purpose (exits), as a
+	// plugin's own log lines reach its caller's log.
+	log logrus.FieldLogger
 
 	fast   bool
 	cache  sync.Map // id -> *State, in fast mode
@@ -223,10 +277,10 @@ func NewStore() (*Store, error) {
 	return s, nil
 }
 
-// NewHandlerStore is NewStore for the handler of the plugin name: it takes
-// EnvHandlerDelay and records the handler's creation when EnvHandlerLog
-// asks for it.
-func NewHandlerStore(name string) (*Store, error) {
+// NewHandlerStore is NewStore for the handler of the plugin name, logging
+// to the handler's logger: it takes EnvHandlerDelay and records the
+// handler's creation when EnvHandlerLog asks for it.
+func NewHandlerStore(name string, log logrus.FieldLogger) (*Store, error) {
 	if d, err := time.ParseDuration(os.Getenv(EnvHandlerDelay)); err == nil {
 		time.Sleep(d)
 	}
@@ -240,7 +294,12 @@ func NewHandlerStore(name string) (*Store, error) {
 			return nil, fmt.Errorf("writing the handler log: %w", err)
 		}
 	}
-	return NewStore()
+	s, err := NewStore()
+	if err != nil {
+		return nil, err
+	}
+	s.log = log
+	return s, nil
 }
 
 // Launch is what a plugin process was started with.
@@ -419,33 +478,78 @@ func (s *Store) Progress(id string) (velero.OperationProgress, error) {
 	if st.HangFor > 0 {
 		time.Sleep(st.HangFor)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	unlock, err := s.lock(id)
+	if err != nil {
+		return velero.OperationProgress{}, err
+	}
+	defer unlock()
 	if st, err = s.Load(id); err != nil {
 		return velero.OperationProgress{}, err
 	}
-	if !st.Crashed && (st.CrashOnce || st.CrashOnceUnder != "" && st.CrashOnceUnder == parentProgram() && st.progressAt(s.now()).Completed) {
+	// One instant decides both the crash and the answer: the transfer has
+	// ended for both or for neither.
+	now := s.now()
+	p := st.progressAt(now)
+	if !st.Crashed && (st.CrashOnce || st.CrashOnceUnder != "" && st.CrashOnceUnder == parentProgram() && p.Completed) {
 		st.Crashed = true
+		st.record(now, "Progress", "exited")
 		if err := s.save(st); err != nil {
 			return velero.OperationProgress{}, err
 		}
-		fmt.Fprintf(os.Stderr, "sample plugin: crashing on purpose during Progress of %s\n", id)
-		os.Exit(3)
+		s.exit(fmt.Sprintf("crashing on purpose during Progress of %s", id))
 	}
 	st.ProgressCalls++
+	if st.ProgressCalls <= st.ErrorCalls {
+		err := fmt.Errorf("simulated error inside the plugin (call %d of the first %d)", st.ProgressCalls, st.ErrorCalls)
+		st.record(now, "Progress", "error: "+err.Error())
+		if err := s.save(st); err != nil {
+			return velero.OperationProgress{}, err
+		}
+		return velero.OperationProgress{}, err
+	}
+	if st.Answer != nil {
+		p = st.Answer.progress()
+	}
+	st.record(now, "Progress", answer(p))
 	if err := s.save(st); err != nil {
 		return velero.OperationProgress{}, err
 	}
-	if st.ProgressCalls <= st.ErrorCalls {
-		return velero.OperationProgress{}, fmt.Errorf("simulated error inside the plugin (call %d of the first %d)", st.ProgressCalls, st.ErrorCalls)
+	if st.Answer == nil {
+		s.logPoll(id, p, now)
 	}
-	if st.Answer != nil {
-		return st.Answer.progress(), nil
-	}
-	now := s.now()
-	p := st.progressAt(now)
-	s.logPoll(id, p, now)
 	return p, nil
+}
+
+// exit ends the process during a call, saying why on its log and on
+// standard error.
+func (s *Store) exit(why string) {
+	if s.log != nil {
+		s.log.Warn("sample plugin: " + why)
+	}
+	fmt.Fprintf(os.Stderr, "sample plugin: %s\n", why)
+	os.Exit(3)
+}
+
+// lock takes the operation's lock, an exclusive flock(2) of its lock file,
+// and returns what releases it. Every process of every pod that mounts the
+// directory sees the same lock, and the kernel releases it when a process
+// exits, crashed or not.
+func (s *Store) lock(id string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(s.dir, id+".lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("opening the lock of operation %s: %w", id, err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("locking operation %s: %w", id, err)
+	}
+	return func() { _ = f.Close() }, nil
 }
 
 // parentProgram is the base name of the first argument of the process
@@ -512,25 +616,36 @@ func (st *State) progressAt(now time.Time) velero.OperationProgress {
 
 // Cancel stops the operation unless its annotations say to ignore it.
 func (s *Store) Cancel(id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	if _, err := s.Load(id); err != nil {
+		return err
+	}
+	unlock, err := s.lock(id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	st, err := s.Load(id)
 	if err != nil {
 		return err
 	}
+	now := s.now()
 	if st.CrashOnCancel && !st.CancelCrashed {
 		st.CancelCrashed = true
+		st.record(now, "Cancel", "exited")
 		if err := s.save(st); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "sample plugin: crashing on purpose during Cancel of %s\n", id)
-		os.Exit(3)
+		s.exit(fmt.Sprintf("crashing on purpose during Cancel of %s", id))
 	}
 	st.Cancels++
-	if !st.IgnoreCancel && st.Canceled == nil {
-		now := s.now()
-		st.Canceled = &now
+	result := "cancel ignored"
+	if !st.IgnoreCancel {
+		result = "canceled"
+		if st.Canceled == nil {
+			st.Canceled = &now
+		}
 	}
+	st.record(now, "Cancel", result)
 	s.cache.Delete(id)
 	return s.save(st)
 }
@@ -612,10 +727,50 @@ func (s *Store) Delete(id string) error {
 	if id == "" || strings.ContainsAny(id, "/\\") || strings.Contains(id, "..") {
 		return biav2.InvalidOperationIDError(id)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	unlock, err := s.lock(id)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return nil
+	// The lock file goes too: a process still waiting on it finds no state.
+	return os.Remove(filepath.Join(s.dir, id+".lock"))
+}
+
+// Account describes the operations of a state directory whose state
+// changed since a time, for a failure's diagnosis: each one's item, when
+// its transfer ends, whether a process exited on purpose, and the calls it
+// took (which process answered what): the plugin processes' own account.
+func Account(dir string, since time.Time) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), "volume-") {
+			continue
+		}
+		if info, err := e.Info(); err != nil || info.ModTime().Before(since) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		st := &State{}
+		if err := json.Unmarshal(data, st); err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", e.Name(), err)
+			continue
+		}
+		fmt.Fprintf(&b, "%s, %s of %s: started %s, ends %s, %d Progress answered, %d Cancel, exited on purpose: %v\n",
+			st.ID, st.Direction, st.Item, st.Started.Format("15:04:05.000"), st.CompletesAt().Format("15:04:05.000"),
+			st.ProgressCalls, st.Cancels, st.Crashed || st.CancelCrashed)
+		for _, c := range st.Calls {
+			fmt.Fprintf(&b, "    %s\n", c)
+		}
+	}
+	return b.String()
 }
