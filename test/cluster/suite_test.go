@@ -120,6 +120,9 @@ var _ = AfterEach(func() {
 	if CurrentSpecReport().Failed() && s != nil {
 		failed = true
 		diagnose()
+		if os.Getenv(EnvContinue) != "1" {
+			GinkgoWriter.Printf("The specs after this one are skipped; to run them too after a failure: %s=1 make test LABELS=cluster\n", EnvContinue)
+		}
 	}
 })
 
