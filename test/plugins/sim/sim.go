@@ -535,7 +535,7 @@ func (s *Store) exit(why string) {
 // directory sees the same lock, and the kernel releases it when a process
 // exits, crashed or not.
 func (s *Store) lock(id string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(s.dir, id+".lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	f, err := os.OpenFile(filepath.Join(s.dir, id+".lock"), os.O_CREATE|os.O_RDONLY, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening the lock of operation %s: %w", id, err)
 	}
