@@ -553,15 +553,16 @@ func (s *Store) lock(id string) (func(), error) {
 }
 
 // parentProgram is the base name of the first argument of the process
-// that started this one: velero for a plugin process Velero started.
-func parentProgram() string {
+// that started this one: velero for a plugin process Velero started. It is
+// read once: a process's parent does not change while it serves calls.
+var parentProgram = sync.OnceValue(func() string {
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", os.Getppid()))
 	if err != nil {
 		return ""
 	}
 	first, _, _ := strings.Cut(string(cmdline), "\x00")
 	return filepath.Base(first)
-}
+})
 
 // fault answers as the fault file says, if there is one.
 func (s *Store) fault() error {
