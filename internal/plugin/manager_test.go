@@ -844,6 +844,34 @@ var _ = Describe("The plugin manager", func() {
 			g.Expect(m.pins.digest(filepath.Join(dir, "sample"))).To(Equal(pinned), "the pin stays")
 		})
 
+		// A VolumeSnapshotter v2 is initialised before its Progress: the
+		// refusal must reach its caller as the changed binary it is, not as
+		// an unreachable process that counts against the operation.
+		It("a VolumeSnapshotter whose binary was swapped is refused as changed, not as unreachable", func() {
+			t := GinkgoTB()
+			g := NewWithT(t)
+			dir := pluginDir(t, "sample")
+			m, _ := newManager(t, dir, 10*time.Second)
+			ctx := context.Background()
+			id := takeSnapshot(t, m, "pv-swapped", map[string]string{sim.AnnotationSize: "100Mi", sim.AnnotationSpeed: "1Mi"})
+			_, err := m.Progress(ctx, snapshot(id))
+			g.Expect(err).NotTo(HaveOccurred())
+
+			ran := swap(t, filepath.Join(dir, "sample"))
+			for _, pid := range m.pids() {
+				g.Expect(syscall.Kill(pid, syscall.SIGKILL)).To(Succeed())
+			}
+			g.Eventually(m.pids, 5*time.Second).Should(BeEmpty())
+
+			for range 2 { // the start that finds the change, and a call while it is remembered
+				_, err = m.Progress(ctx, snapshot(id))
+				g.Expect(err).To(MatchError(ErrBinaryChanged))
+				g.Expect(IsRetryable(err)).To(BeFalse())
+			}
+			g.Expect(m.Cancel(ctx, snapshot(id))).To(MatchError(ErrBinaryChanged))
+			g.Expect(ran).NotTo(BeAnExistingFile(), "the swapped file ran")
+		})
+
 		It("the version probe runs only the discovered binary", func() {
 			t := GinkgoTB()
 			g := NewWithT(t)

@@ -350,7 +350,7 @@ func (m *Manager) withSnapshotter(ctx context.Context, call, name string, config
 	defer cancel()
 	conn, err := vs.process.conn(connCtx)
 	if err != nil {
-		return &Error{Kind: ErrTransport, Plugin: name, Call: call, Err: err}
+		return &Error{Kind: startFailure(err), Plugin: name, Call: call, Err: err}
 	}
 	slot := m.snapshotterSlot(path, name)
 	key := configKey(config)
