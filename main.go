@@ -144,8 +144,15 @@ func main() {
 		CallTimeout: opts.PluginCallTimeout,
 		Log:         ctrl.Log.WithName("plugins"),
 		OnRestart:   metrics.PluginRestarted,
-		Namespace:   opts.VeleroNamespace,
-		Args:        append(kubeconfigArg(), opts.PluginArgs...),
+		OnDiscovered: func(found []plugin.Discovered) {
+			list := make([]metrics.Discovered, 0, len(found))
+			for _, p := range found {
+				list = append(list, metrics.Discovered{Kind: p.Kind, Name: p.Name, Interface: p.Interface, Binary: filepath.Base(p.Binary)})
+			}
+			metrics.Plugins(list)
+		},
+		Namespace: opts.VeleroNamespace,
+		Args:      append(kubeconfigArg(), opts.PluginArgs...),
 	})
 	discovered := plugins.Discover(ctrl.LoggerInto(context.Background(), log))
 	for _, p := range discovered.OperationPlugins() {

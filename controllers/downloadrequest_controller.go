@@ -81,7 +81,7 @@ func (r *DownloadRequestReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	if err := writer.WriteBack(ctx, parent); err != nil {
 		// Velero answers the request anyway, with the file as it was.
-		r.Recorder.Eventf(dr, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
+		emitf(r.Recorder, dr, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, nil

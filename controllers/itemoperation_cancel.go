@@ -50,7 +50,8 @@ func (r *ItemOperationReconciler) reconcileDelete(ctx context.Context, op *itemo
 		original := op.DeepCopy()
 		now := r.Clock.Now()
 		r.initialize(op, now)
-		reason, message := itemopsv1alpha1.ReasonObjectDeleted, "the ItemOperation was deleted before the operation finished"
+		var reason EventReason = itemopsv1alpha1.ReasonObjectDeleted
+		message := "the ItemOperation was deleted before the operation finished"
 		if parent.gone {
 			reason, message = cancelReason(op, parent)
 		}
@@ -110,7 +111,7 @@ func (e *cancelRetry) Unwrap() error { return e.err }
 // the plugin is tried again, up to maxCancelAttempts times: an operation
 // is not recorded Canceled when the plugin was never told.
 func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState,
-	reason, why string, phase itemopsv1alpha1.OperationPhase, now time.Time) error {
+	reason EventReason, why string, phase itemopsv1alpha1.OperationPhase, now time.Time) error {
 	reader := r.APIReader
 	if reader == nil {
 		reader = r.Client
@@ -127,7 +128,7 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 	if err == nil {
 		err = r.Plugins.Cancel(ctx, target)
 	}
-	metrics.CancelCall(op.Spec.Plugin.Kind, op.Spec.Plugin.Name, reason, callResult(err))
+	metrics.CancelCall(op.Spec.Plugin.Kind, op.Spec.Plugin.Name, string(reason), callResult(err))
 	if at, ok := plugin.RestartAt(err); ok {
 		// The plugin was not called: its process waits out a restart
 		// backoff. Not an attempt; the next comes with the process.
@@ -155,9 +156,9 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 		answer = "the plugin could not cancel it: " + err.Error()
 	}
 	message := why + "; " + answer
-	ctrl.LoggerFrom(ctx).Info("cancelled operation", "reason", reason, "message", message)
-	r.Recorder.Event(op, corev1.EventTypeWarning, reason, "Cancel: "+message)
-	setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, reason, message, now)
+	ctrl.LoggerFrom(ctx).Info("cancelled operation", "reason", string(reason), "message", message)
+	emit(r.Recorder, op, corev1.EventTypeWarning, reason, "Cancel: "+message)
+	setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, string(reason), message, now)
 	op.Status.Error = why
 	r.finish(op, phase, now)
 	return nil

@@ -182,7 +182,7 @@ func (r *ItemOperationReconciler) deadline(op *itemopsv1alpha1.ItemOperation, pa
 }
 
 // cancelReason says why the operation must be cancelled now, if it must.
-func cancelReason(op *itemopsv1alpha1.ItemOperation, parent *parentState) (string, string) {
+func cancelReason(op *itemopsv1alpha1.ItemOperation, parent *parentState) (EventReason, string) {
 	kind, name := op.Spec.Parent.Kind, op.Spec.Parent.Name
 	switch {
 	case op.Spec.Cancel:

@@ -277,19 +277,29 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 	}
 	if changedTo(original, op, itemopsv1alpha1.ConditionStalled, metav1.ConditionTrue) {
 		c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionStalled)
-		r.Recorder.Event(op, corev1.EventTypeWarning, "Stalled", c.Message)
+		emit(r.Recorder, op, corev1.EventTypeWarning, "Stalled", c.Message)
 	}
 	if changedTo(original, op, itemopsv1alpha1.ConditionDiffersFromVelero, metav1.ConditionTrue) {
 		c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionDiffersFromVelero)
-		r.Recorder.Event(op, corev1.EventTypeWarning, itemopsv1alpha1.ConditionDiffersFromVelero, c.Message)
+		emit(r.Recorder, op, corev1.EventTypeWarning, itemopsv1alpha1.ConditionDiffersFromVelero, c.Message)
 	}
 	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil &&
-		(c.Reason == itemopsv1alpha1.ReasonPluginNotFound || c.Reason == itemopsv1alpha1.ReasonSnapshotLocationUnavailable ||
-			c.Reason == itemopsv1alpha1.ReasonPluginForbidden || c.Reason == itemopsv1alpha1.ReasonPluginBinaryChanged) &&
 		!hasReason(&original.Status, itemopsv1alpha1.ConditionProgressing, c.Reason) {
-		r.Recorder.Event(op, corev1.EventTypeWarning, c.Reason, c.Message)
+		if reason, ok := installationProblems[c.Reason]; ok {
+			emit(r.Recorder, op, corev1.EventTypeWarning, reason, c.Message)
+		}
 	}
 	return nil
+}
+
+// installationProblems are the Progressing reasons that an administrator
+// fixes (a plugin to install, a permission to grant, a location to restore):
+// each gets a Warning Event of the same reason when it appears.
+var installationProblems = map[string]EventReason{
+	itemopsv1alpha1.ReasonPluginNotFound:              itemopsv1alpha1.ReasonPluginNotFound,
+	itemopsv1alpha1.ReasonSnapshotLocationUnavailable: itemopsv1alpha1.ReasonSnapshotLocationUnavailable,
+	itemopsv1alpha1.ReasonPluginForbidden:             itemopsv1alpha1.ReasonPluginForbidden,
+	itemopsv1alpha1.ReasonPluginBinaryChanged:         itemopsv1alpha1.ReasonPluginBinaryChanged,
 }
 
 // statusPatch is the merge patch from original's status to an
@@ -348,9 +358,9 @@ type patchMetadata struct {
 func (r *ItemOperationReconciler) phaseEvent(op *itemopsv1alpha1.ItemOperation) {
 	switch op.Status.Phase {
 	case itemopsv1alpha1.OperationPhaseFailed:
-		r.Recorder.Event(op, corev1.EventTypeWarning, "Failed", op.Status.Error)
+		emit(r.Recorder, op, corev1.EventTypeWarning, "Failed", op.Status.Error)
 	case itemopsv1alpha1.OperationPhaseCanceled:
-		r.Recorder.Event(op, corev1.EventTypeWarning, "Canceled", op.Status.Error)
+		emit(r.Recorder, op, corev1.EventTypeWarning, "Canceled", op.Status.Error)
 	}
 }
 

@@ -59,7 +59,7 @@ func (r *parentReconciler[T]) giveUp(ctx context.Context, parent T, phase rollup
 		return fmt.Errorf("updating %s %s: %w", r.kind.kind, parent.GetName(), err)
 	}
 	ctrl.LoggerFrom(ctx).Info("gave up on the operations of "+string(r.kind.kind), "from", phase, "to", parentPartiallyFailed, "cause", cause.Error())
-	r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonGaveUp, "%s -> %s: its plugin operations cannot be tracked: %v",
+	emitf(r.recorder, parent, corev1.EventTypeWarning, reasonGaveUp, "%s -> %s: its plugin operations cannot be tracked: %v",
 		phase, parentPartiallyFailed, cause)
 	return nil
 }

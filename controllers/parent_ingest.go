@@ -132,14 +132,14 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 	repeats, first := map[string]int{}, map[string]int{}
 	for i, rec := range records {
 		if rec.ParentUID != "" && rec.ParentUID != string(parent.GetUID()) {
-			r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonForeignRecord,
+			emitf(r.recorder, parent, corev1.EventTypeWarning, reasonForeignRecord,
 				"record %d of the operations file belongs to %s UID %s, not this one; ignored", i, r.kind.kind, rec.ParentUID)
 			continue
 		}
 		names[i] = operationName(parent.GetName(), string(parent.GetUID()), rec.Plugin, rec.OperationID)
 		repeats[names[i]]++
 		if j, seen := first[names[i]]; seen {
-			r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonDuplicateRecord,
+			emitf(r.recorder, parent, corev1.EventTypeWarning, reasonDuplicateRecord,
 				"record %d of the operations file repeats record %d (operation %q of plugin %q); one ItemOperation follows both and counts for each",
 				i, j, rec.OperationID, rec.Plugin)
 			continue
@@ -175,7 +175,7 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 				continue
 			case apierrors.IsInvalid(err):
 				// Nothing can poll it: count it failed rather than wait for it forever.
-				r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonInvalidRecord,
+				emitf(r.recorder, parent, corev1.EventTypeWarning, reasonInvalidRecord,
 					"operation %q of plugin %q cannot be tracked and counts as failed: %v", rec.OperationID, rec.Plugin, err)
 				result.invalid.Total += n
 				if rec.Status.Phase != itemoperation.OperationPhaseCompleted {
@@ -192,7 +192,7 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 	}
 	if created > 0 {
 		ctrl.LoggerFrom(ctx).Info("ingested operations", "created", created, "records", len(records))
-		r.recorder.Eventf(parent, corev1.EventTypeNormal, reasonIngested, "created %d ItemOperations from the %d records of the operations file", created, len(records))
+		emitf(r.recorder, parent, corev1.EventTypeNormal, reasonIngested, "created %d ItemOperations from the %d records of the operations file", created, len(records))
 	}
 	return result, nil
 }

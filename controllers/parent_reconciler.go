@@ -250,7 +250,7 @@ func recordPhase(recorder record.EventRecorder, obj client.Object, from, to roll
 	if to == rollup.WaitingForPluginOperationsPartiallyFailed || to == rollup.FinalizingPartiallyFailed {
 		kind = corev1.EventTypeWarning
 	}
-	recorder.Eventf(obj, kind, "PhaseChanged", "%s -> %s: %d of %d plugin operations completed, %d failed",
+	emitf(recorder, obj, kind, "PhaseChanged", "%s -> %s: %d of %d plugin operations completed, %d failed",
 		from, to, counts.Completed, counts.Attempted, counts.Failed)
 }
 
@@ -355,14 +355,14 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	ops, expected, extra, readErr := k.ops, k.expected, k.invalid, k.readErr
 	if readErr != nil {
-		reason := reasonUnreadable
+		var reason EventReason = reasonUnreadable
 		switch {
 		case errors.Is(readErr, errMissingOperations):
 			reason = reasonMissing
 		case errors.Is(readErr, store.ErrTooLarge):
 			reason = reasonTooLarge
 		}
-		r.recorder.Eventf(parent, corev1.EventTypeWarning, reason, "%v", readErr)
+		emitf(r.recorder, parent, corev1.EventTypeWarning, reason, "%v", readErr)
 		if r.opts.Manage && r.mustGiveUp(parent, readErr) {
 			return ctrl.Result{}, r.giveUp(ctx, parent, phase, readErr)
 		}
@@ -409,7 +409,7 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	// back to observe mode, which would otherwise poll an operation that
 	// itemops counted failed again and count its error a second time.
 	if err := r.writeBack(ctx, parent, ops, !rollup.Owned(next)); err != nil {
-		r.recorder.Eventf(parent, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
+		emitf(r.recorder, parent, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
 		if errors.Is(err, store.ErrReadOnly) || r.mustGiveUp(parent, err) {
 			return ctrl.Result{}, r.giveUp(ctx, parent, phase, err)
 		}

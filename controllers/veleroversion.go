@@ -108,13 +108,13 @@ func (c *VeleroVersionCheck) Check(ctx context.Context) {
 	log.Info("Velero's release", "image", image, "support", support, "builtinPlugins", versionString(builtin), "why", why)
 	switch support {
 	case veleroversion.Unsupported:
-		c.Recorder.Event(deployment, corev1.EventTypeWarning, ReasonVeleroUnsupported, why)
+		emit(c.Recorder, deployment, corev1.EventTypeWarning, ReasonVeleroUnsupported, why)
 	case veleroversion.Untested:
-		c.Recorder.Event(deployment, corev1.EventTypeWarning, ReasonVeleroUntested, why)
+		emit(c.Recorder, deployment, corev1.EventTypeWarning, ReasonVeleroUntested, why)
 	}
 	if mismatch := veleroversion.Mismatch(server, builtin); mismatch != "" {
 		log.Info("the built-in plugins are of another release than Velero's: " + mismatch)
-		c.Recorder.Event(deployment, corev1.EventTypeWarning, ReasonBuiltinPluginsRelease, mismatch)
+		emit(c.Recorder, deployment, corev1.EventTypeWarning, ReasonBuiltinPluginsRelease, mismatch)
 	}
 }
 

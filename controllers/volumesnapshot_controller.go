@@ -156,7 +156,7 @@ func (r *VolumeSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		// backup from before itemops was installed costs nothing.
 		ignored, err := r.ingest(ctx, backup, ops)
 		if err != nil {
-			r.Recorder.Eventf(backup, corev1.EventTypeWarning, reasonSnapshotsUnreadable, "%v", err)
+			emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotsUnreadable, "%v", err)
 			return ctrl.Result{}, retryable(err)
 		}
 		if ops, err = r.snapshotOperations(ctx, backup); err != nil {
@@ -214,7 +214,7 @@ func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1a
 			continue // CreateSnapshot failed: Velero already counted it, nothing uploads
 		}
 		if snap.BackupUID != "" && snap.BackupUID != string(backup.UID) {
-			r.Recorder.Eventf(backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
+			emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
 				"record %d of the volume snapshots file belongs to Backup UID %s, not this one; ignored", i, snap.BackupUID)
 			continue
 		}
@@ -229,7 +229,7 @@ func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1a
 		}
 		if name == "" {
 			ignored++
-			r.Recorder.Eventf(backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
+			emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
 				"snapshot %s of PersistentVolume %s cannot be followed: its VolumeSnapshotLocation %q does not exist",
 				snap.SnapshotID, snap.PersistentVolumeName, snap.Location)
 			continue
@@ -247,7 +247,7 @@ func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1a
 				continue
 			case apierrors.IsInvalid(err):
 				ignored++
-				r.Recorder.Eventf(backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
+				emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
 					"snapshot %q of PersistentVolume %s cannot be followed: %v", snap.SnapshotID, snap.PersistentVolumeName, err)
 				continue
 			}
@@ -257,7 +257,7 @@ func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1a
 	}
 	if created > 0 {
 		ctrl.LoggerFrom(ctx).Info("ingested volume snapshots", "created", created, "records", len(snapshots))
-		r.Recorder.Eventf(backup, corev1.EventTypeNormal, reasonSnapshotsIngested,
+		emitf(r.Recorder, backup, corev1.EventTypeNormal, reasonSnapshotsIngested,
 			"following %d volume snapshots until their data is durable", created)
 	}
 	return ignored, nil
@@ -328,11 +328,11 @@ func (r *VolumeSnapshotReconciler) reportDurability(backup *velerov1api.Backup, 
 	}
 	r.reported.Store(key, now)
 	if len(failed) == 0 {
-		r.Recorder.Eventf(backup, corev1.EventTypeNormal, reasonSnapshotsDurable,
+		emitf(r.Recorder, backup, corev1.EventTypeNormal, reasonSnapshotsDurable,
 			"all %d volume snapshots are durable", len(ops))
 		return
 	}
-	r.Recorder.Eventf(backup, corev1.EventTypeWarning, reasonSnapshotsNotDurable,
+	emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotsNotDurable,
 		"%d of %d volume snapshots did not become durable (PersistentVolumes %v); see their ItemOperations",
 		len(failed), len(ops), failed)
 }

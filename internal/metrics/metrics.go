@@ -76,6 +76,11 @@ var (
 		Name: "itemops_plugin_restarts_total",
 		Help: "Plugin processes found dead and started again, by plugin binary.",
 	}, []string{"binary"})
+
+	plugins = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "itemops_plugins",
+		Help: "Plugins discovered in the plugin directory, 1 each, by kind, name, the interface version itemops calls (v1 or v2) and binary.",
+	}, []string{"kind", "name", "interface", "binary"})
 )
 
 // Register adds every metric to controller-runtime's registry, the one its
@@ -87,7 +92,7 @@ func Register(reader client.Reader, namespace string) {
 
 // MustRegister adds every metric to registry.
 func MustRegister(registry prometheus.Registerer, reader client.Reader, namespace string) {
-	registry.MustRegister(progressCalls, progressCallDuration, cancelCalls, operationDuration, pluginRestarts,
+	registry.MustRegister(progressCalls, progressCallDuration, cancelCalls, operationDuration, pluginRestarts, plugins,
 		&stateCollector{reader: reader, namespace: namespace})
 }
 
@@ -155,6 +160,24 @@ func PluginBinary(binary string) {
 		return
 	}
 	pluginRestarts.WithLabelValues(binary)
+}
+
+// Discovered is one plugin for Plugins: a kind an administrator names it
+// with, its name, the interface version itemops calls it through, and the
+// file name of its binary.
+type Discovered struct {
+	Kind, Name, Interface, Binary string
+}
+
+// Plugins makes itemops_plugins the list of the plugins discovered: one
+// series per plugin, replacing the last list. Names come from the plugin
+// directory, which the administrator controls, so the series are bounded
+// by what was installed.
+func Plugins(list []Discovered) {
+	plugins.Reset()
+	for _, p := range list {
+		plugins.WithLabelValues(p.Kind, p.Name, p.Interface, p.Binary).Set(1)
+	}
 }
 
 // ProgressCall records one Progress call.

@@ -157,6 +157,31 @@ func TestAPluginsSeriesStartAtZero(t *testing.T) {
 	}
 }
 
+// itemops_plugins is the list discovery made, one series per plugin,
+// replaced as a whole when a binary answers later.
+func TestPluginsListTheDiscoveredPlugins(t *testing.T) {
+	Plugins([]Discovered{
+		{Kind: "VolumeSnapshotter", Name: "example.io/disks", Interface: "v2", Binary: "disks"},
+		{Kind: "VolumeSnapshotter", Name: "velero.io/aws", Interface: "v1", Binary: "velero-plugin-for-aws"},
+	})
+	if got := testutil.CollectAndCount(plugins); got != 2 {
+		t.Errorf("%d series, want 2", got)
+	}
+	if got := testutil.ToFloat64(plugins.WithLabelValues("VolumeSnapshotter", "example.io/disks", "v2", "disks")); got != 1 {
+		t.Errorf("example.io/disks as v2: %v, want 1", got)
+	}
+	Plugins([]Discovered{
+		{Kind: "VolumeSnapshotter", Name: "example.io/disks", Interface: "v2", Binary: "disks"},
+		{Kind: "BackupItemAction", Name: "example.io/mover", Interface: "v2", Binary: "mover"},
+	})
+	if got := seriesWith(t, plugins, map[string]string{"name": "velero.io/aws"}); got != 0 {
+		t.Errorf("%d series of a plugin no longer listed, want 0", got)
+	}
+	if got := testutil.CollectAndCount(plugins); got != 2 {
+		t.Errorf("%d series after the second list, want 2", got)
+	}
+}
+
 // seriesWith counts the metrics c collects whose labels include labels.
 func seriesWith(t *testing.T, c prometheus.Collector, labels map[string]string) int {
 	t.Helper()

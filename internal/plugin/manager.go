@@ -91,6 +91,10 @@ type Options struct {
 	// OnRestart, when set, is told the binary of every process found dead
 	// and started again.
 	OnRestart func(binary string)
+	// OnDiscovered, when set, is given the plugins of every registry
+	// discovery makes: at start, and when a binary that did not answer
+	// then answers later.
+	OnDiscovered func(plugins []Discovered)
 	// Namespace is Velero's namespace. Every plugin process gets it as
 	// VELERO_NAMESPACE and --namespace, as Velero starts its plugins: plugins
 	// find their own objects (DataUploads, for one) through it.

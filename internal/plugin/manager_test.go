@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -220,6 +221,32 @@ var _ = Describe("The plugin manager", func() {
 		}))
 		g.Expect(m.Registry().Problems()).To(BeEmpty())
 		g.Expect(m.pids()).To(BeEmpty(), "discovery leaves no process running")
+	})
+
+	// An administrator must see which plugins itemops follows through v2
+	// and which only through the v1 adapter: the log and the metric say.
+	It("discovery names each plugin with its kind and interface, in the log and to OnDiscovered", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		dir := pluginDir(t, "sample", "samplev1")
+		var told []Discovered
+		m, logs := discovered(t, Options{Dir: dir, CallTimeout: 10 * time.Second, StartTimeout: startTimeout,
+			OnDiscovered: func(p []Discovered) { told = p }})
+		sample, v1 := filepath.Join(dir, "sample"), filepath.Join(dir, "samplev1")
+		want := []Discovered{
+			{Kind: "BackupItemAction", Name: datamover, Interface: InterfaceV2, Binary: sample},
+			{Kind: "BackupItemAction", Name: v1Backup, Interface: InterfaceV1, Binary: v1},
+			{Kind: "RestoreItemAction", Name: restorer, Interface: InterfaceV2, Binary: sample},
+			{Kind: "RestoreItemAction", Name: v1Restorer, Interface: InterfaceV1, Binary: v1},
+			{Kind: "VolumeSnapshotter", Name: snapshotter, Interface: InterfaceV2, Binary: sample},
+		}
+		g.Expect(m.Registry().Plugins()).To(Equal(want))
+		g.Expect(told).To(Equal(want))
+		for _, p := range want {
+			g.Expect(logs.String()).To(MatchRegexp(`"msg"="discovered plugin" "kind"="%s" "name"="%s" "interface"="%s" "binary"="%s"`,
+				p.Kind, regexp.QuoteMeta(p.Name), p.Interface, regexp.QuoteMeta(p.Binary)))
+		}
+		g.Expect(logs.String()).To(ContainSubstring(`"binaries"=2 "plugins"=5 "problems"=0`))
 	})
 
 	It("discovery skips and reports what is not a plugin", func() {

@@ -160,6 +160,57 @@ func (r *Registry) OperationPlugins() []OperationPlugin {
 	return plugins
 }
 
+// Plugin interfaces, the interface of a Discovered plugin.
+const (
+	// InterfaceV2 is a plugin whose Progress and Cancel itemops calls.
+	InterfaceV2 = "v2"
+	// InterfaceV1 is a plugin of a kind's first version: a
+	// BackupItemAction or RestoreItemAction that starts no operations, or
+	// a VolumeSnapshotter whose snapshots itemops reports durable at once
+	// (the v1 adapter); ObjectStores and Velero's other kinds have no other.
+	InterfaceV1 = "v1"
+)
+
+// Discovered is one plugin discovery found, by the kind an administrator
+// names it with (BackupItemAction, not BackupItemActionV2) and the
+// interface version itemops calls it through.
+type Discovered struct {
+	Kind      string
+	Name      string
+	Interface string
+	// Binary is the path of the binary that serves it.
+	Binary string
+}
+
+// v2Of maps each version-2 kind to the kind that names it.
+var v2Of = map[common.PluginKind]common.PluginKind{
+	common.PluginKindBackupItemActionV2:  common.PluginKindBackupItemAction,
+	common.PluginKindRestoreItemActionV2: common.PluginKindRestoreItemAction,
+	vsv2.PluginKind:                      common.PluginKindVolumeSnapshotter,
+}
+
+// Plugins returns, sorted by kind and name, every plugin that can be
+// called, each once: a name served as v1 and v2 (a VolumeSnapshotter v2 is
+// also listed as v1, for Velero) is the v2 plugin itemops calls.
+func (r *Registry) Plugins() []Discovered {
+	byID := map[ID]Discovered{}
+	for id, path := range r.commands {
+		d := Discovered{Kind: string(id.Kind), Name: id.Name, Interface: InterfaceV1, Binary: path}
+		if base, ok := v2Of[id.Kind]; ok {
+			d.Kind, d.Interface = string(base), InterfaceV2
+		}
+		key := ID{Kind: common.PluginKind(d.Kind), Name: d.Name}
+		if have, ok := byID[key]; !ok || have.Interface == InterfaceV1 {
+			byID[key] = d
+		}
+	}
+	out := slices.Collect(maps.Values(byID))
+	slices.SortFunc(out, func(a, b Discovered) int {
+		return strings.Compare(a.Kind+"/"+a.Name, b.Kind+"/"+b.Name)
+	})
+	return out
+}
+
 // OperationPlugin is a plugin as an ItemOperation names it.
 type OperationPlugin struct {
 	Kind itemopsv1alpha1.PluginKind
@@ -225,9 +276,21 @@ func (m *Manager) Discover(ctx context.Context) *Registry {
 	for _, p := range reg.problems {
 		m.log.Error(p.Err, "skipping in plugin directory", "path", p.Path)
 	}
-	m.log.Info("discovered plugins", "dir", m.opts.Dir, "binaries", len(paths), "plugins", len(reg.commands), "problems", len(reg.problems))
-	m.registry.Store(reg)
+	plugins := reg.Plugins()
+	for _, p := range plugins {
+		m.log.Info("discovered plugin", "kind", p.Kind, "name", p.Name, "interface", p.Interface, "binary", p.Binary)
+	}
+	m.log.Info("discovered plugins", "dir", m.opts.Dir, "binaries", len(paths), "plugins", len(plugins), "problems", len(reg.problems))
+	m.store(reg)
 	return reg
+}
+
+// store makes reg the registry calls resolve names against.
+func (m *Manager) store(reg *Registry) {
+	m.registry.Store(reg)
+	if m.opts.OnDiscovered != nil {
+		m.opts.OnDiscovered(reg.Plugins())
+	}
 }
 
 // Binaries that did not answer are asked again no sooner than relistFirst
@@ -274,7 +337,12 @@ func (m *Manager) lookup(ctx context.Context, ids ...ID) *Registry {
 		m.log.Info("plugin binary answered when asked again", "path", path, "plugins", len(answers[path].ids))
 	}
 	next := newRegistry(reg.dir, reg.unlisted, found)
-	m.registry.Store(next)
+	for _, p := range next.Plugins() {
+		if slices.Contains(paths, p.Binary) {
+			m.log.Info("discovered plugin", "kind", p.Kind, "name", p.Name, "interface", p.Interface, "binary", p.Binary)
+		}
+	}
+	m.store(next)
 	return next
 }
 
