@@ -20,7 +20,7 @@ limitations under the License.
 //
 //	framework.NewServer().
 //		RegisterBackupItemActionV2("example.io/mover", newMover).
-//		RegisterVolumeSnapshotterV2("example.io/disks", newDisks).
+//		RegisterVolumeSnapshotterV2("example.io/disks", framework.VolumeSnapshotterV2(newDisks)).
 //		Serve()
 //
 // Velero lists and calls the binary's Velero kinds as it always has; a
@@ -29,4 +29,8 @@ limitations under the License.
 // The binary lists the VolumeSnapshotterV2 kind only to a caller that asks
 // for it (itemops), because Velero refuses a plugin binary that lists a kind
 // it does not know.
+//
+// A complete VolumeSnapshotter v2 is in examples/volumesnapshotter, and
+// docs/plugins.md ("Writing a VolumeSnapshotter v2") says what itemops
+// expects of each method.
 package framework

@@ -62,7 +62,8 @@ type Server interface {
 	RegisterItemBlockActions(map[string]common.HandlerInitializer) Server
 
 	// RegisterVolumeSnapshotterV2 registers a VolumeSnapshotter v2 under
-	// pluginName; the initializer must return a vsv2.VolumeSnapshotter. The
+	// pluginName; the initializer must return a vsv2.VolumeSnapshotter:
+	// wrap it in VolumeSnapshotterV2 to have the compiler check that. The
 	// same instance is also served as the v1 VolumeSnapshotter pluginName,
 	// which is the kind Velero calls to take snapshots.
 	RegisterVolumeSnapshotterV2(pluginName string, initializer common.HandlerInitializer) Server
@@ -228,6 +229,25 @@ func (s *server) RegisterItemBlockAction(name string, initializer common.Handler
 func (s *server) RegisterItemBlockActions(m map[string]common.HandlerInitializer) Server {
 	registerAll(m, s.RegisterItemBlockAction)
 	return s
+}
+
+// VolumeSnapshotterV2 turns a function that returns a VolumeSnapshotter v2
+// into the initializer RegisterVolumeSnapshotterV2 takes. Velero's
+// initializers return any, so a function that returns something else
+// would register and fail only when first called ("is not a
+// VolumeSnapshotter v2"); through this one it does not compile:
+//
+//	RegisterVolumeSnapshotterV2("example.io/disks", framework.VolumeSnapshotterV2(newDisks))
+//
+// where newDisks is a func(logrus.FieldLogger) (vsv2.VolumeSnapshotter, error).
+func VolumeSnapshotterV2(initializer func(logrus.FieldLogger) (vsv2.VolumeSnapshotter, error)) common.HandlerInitializer {
+	return func(log logrus.FieldLogger) (any, error) {
+		vs, err := initializer(log)
+		if err != nil {
+			return nil, err
+		}
+		return vs, nil
+	}
 }
 
 // once makes the v1 and v2 servers of a VolumeSnapshotter v2 share one
