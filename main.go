@@ -238,6 +238,7 @@ func main() {
 	// Backup's phase: Velero does not wait for them.
 	if err := (&controllers.VolumeSnapshotReconciler{
 		Client: mgr.GetClient(), Recorder: recorder, Store: objectStorage, Clock: clock.RealClock{}, Stores: stores,
+		Manage: opts.Mode == options.ModeManage, NonDurable: controllers.NonDurableSnapshots(opts.NonDurableSnapshots),
 	}).SetupWithManager(mgr); err != nil {
 		log.Error(err, "setting up the volume snapshot controller")
 		os.Exit(1)

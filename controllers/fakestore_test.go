@@ -45,6 +45,9 @@ type fakeStore struct {
 
 	snapshots     map[string][]store.VolumeSnapshot
 	snapshotReads map[string]int
+	// notDurable is what MarkSnapshotsNotDurable was last given, by UID:
+	// the PersistentVolumes, and the backup's phase and errors.
+	notDurable map[string]markedNotDurable
 	// locations reads VolumeSnapshotLocations from the API server for real.
 	locations *store.Store
 }
@@ -57,7 +60,7 @@ var (
 func newFakeStore() *fakeStore {
 	return &fakeStore{backups: map[string][]*itemoperation.BackupOperation{}, restores: map[string][]*itemoperation.RestoreOperation{},
 		failures: map[string]error{}, readOnly: map[string]bool{}, reads: map[string]int{}, writes: map[string]int{},
-		snapshots: map[string][]store.VolumeSnapshot{}, snapshotReads: map[string]int{}}
+		snapshots: map[string][]store.VolumeSnapshot{}, snapshotReads: map[string]int{}, notDurable: map[string]markedNotDurable{}}
 }
 
 func (f *fakeStore) setBackup(uid string, ops []*itemoperation.BackupOperation) {
@@ -193,6 +196,24 @@ func (f *fakeStore) BackupVolumeSnapshots(_ context.Context, b *velerov1api.Back
 		return nil, err
 	}
 	return append([]store.VolumeSnapshot(nil), f.snapshots[uid]...), nil
+}
+
+// markedNotDurable is one MarkSnapshotsNotDurable call.
+type markedNotDurable struct {
+	pvs    []string
+	phase  velerov1api.BackupPhase
+	errors int
+}
+
+func (f *fakeStore) MarkSnapshotsNotDurable(_ context.Context, b *velerov1api.Backup, pvs []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	uid := string(b.UID)
+	if err := f.failures[uid]; err != nil {
+		return err
+	}
+	f.notDurable[uid] = markedNotDurable{pvs: append([]string(nil), pvs...), phase: b.Status.Phase, errors: b.Status.Errors}
+	return nil
 }
 
 func (f *fakeStore) SnapshotLocation(ctx context.Context, name string) (store.SnapshotLocation, error) {

@@ -21,7 +21,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,8 +53,22 @@ import (
 // backup and the locations they were taken with; *store.Store is the real one.
 type SnapshotStore interface {
 	BackupVolumeSnapshots(ctx context.Context, backup *velerov1api.Backup) ([]store.VolumeSnapshot, error)
+	MarkSnapshotsNotDurable(ctx context.Context, backup *velerov1api.Backup, pvs []string) error
 	SnapshotLocations
 }
+
+// NonDurableSnapshots is what manage mode does with a Backup whose native
+// snapshot did not become durable (docs/velero.md, "Native volume
+// snapshots").
+type NonDurableSnapshots string
+
+const (
+	// NonDurablePartiallyFail ends the Backup PartiallyFailed, with an
+	// error per such snapshot, and says which volumes in Velero's files.
+	NonDurablePartiallyFail NonDurableSnapshots = "PartiallyFail"
+	// NonDurableWarn leaves the Backup as Velero ended it; only Events say.
+	NonDurableWarn NonDurableSnapshots = "Warn"
+)
 
 var _ SnapshotStore = (*store.Store)(nil)
 
@@ -63,6 +79,7 @@ const (
 	reasonSnapshotIgnored      = "VolumeSnapshotRecordIgnored"
 	reasonSnapshotsDurable     = "VolumeSnapshotsDurable"
 	reasonSnapshotsNotDurable  = "VolumeSnapshotsNotDurable"
+	reasonRestoreNotDurable    = "RestoreFromNonDurableSnapshots"
 	snapshotResource           = "persistentvolumes"
 	snapshotOperationKindInKey = "VolumeSnapshotter/"
 )
@@ -85,6 +102,10 @@ type VolumeSnapshotReconciler struct {
 	// Stores reads a Backup's ItemOperations from the cache's store;
 	// through Client when nil.
 	Stores *Stores
+	// Manage lets the reconciler end a Backup PartiallyFailed as
+	// NonDurable says; observe mode never writes to a Backup.
+	Manage     bool
+	NonDurable NonDurableSnapshots
 
 	reported sync.Map // backup namespace/name -> uid and summary last reported, so each is told once
 }
@@ -165,7 +186,76 @@ func (r *VolumeSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		expected = min(expected, len(ops)+ignored)
 	}
 	r.reportDurability(backup, ops, expected)
+	if r.Manage && r.NonDurable == NonDurablePartiallyFail {
+		return ctrl.Result{}, r.failBackup(ctx, backup, ops)
+	}
 	return ctrl.Result{}, nil
+}
+
+// notDurable returns, sorted, the PersistentVolumes whose snapshot ended
+// Failed or Canceled.
+func notDurable(ops []*itemopsv1alpha1.ItemOperation) []string {
+	var pvs []string
+	for _, op := range ops {
+		if op.Status.Phase == itemopsv1alpha1.OperationPhaseFailed || op.Status.Phase == itemopsv1alpha1.OperationPhaseCanceled {
+			pvs = append(pvs, op.Spec.Resource.Name)
+		}
+	}
+	slices.Sort(pvs)
+	return slices.Compact(pvs)
+}
+
+// failBackup ends a Backup PartiallyFailed once Velero has ended it, with
+// one more error for each PersistentVolume whose snapshot did not become
+// durable, listed in the Backup's itemops.io/non-durable-snapshots
+// annotation; Velero's files in object storage say the same first. A
+// Backup Velero has not ended yet is left to Velero's finalizer, which
+// would overwrite the phase; its end wakes this reconciler again.
+func (r *VolumeSnapshotReconciler) failBackup(ctx context.Context, backup *velerov1api.Backup, ops []*itemopsv1alpha1.ItemOperation) error {
+	if backup.Status.Phase != velerov1api.BackupPhaseCompleted && backup.Status.Phase != velerov1api.BackupPhasePartiallyFailed {
+		return nil
+	}
+	counted := splitList(backup.Annotations[itemopsv1alpha1.AnnotationNonDurableSnapshots])
+	var added []string
+	for _, pv := range notDurable(ops) {
+		if !slices.Contains(counted, pv) {
+			added = append(added, pv)
+		}
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	original := backup.DeepCopy()
+	from := backup.Status.Phase
+	backup.Status.Phase = velerov1api.BackupPhasePartiallyFailed
+	backup.Status.Errors += len(added)
+	all := append(counted, added...)
+	slices.Sort(all)
+	if backup.Annotations == nil {
+		backup.Annotations = map[string]string{}
+	}
+	backup.Annotations[itemopsv1alpha1.AnnotationNonDurableSnapshots] = strings.Join(all, ",")
+	if err := r.Store.MarkSnapshotsNotDurable(ctx, backup, all); err != nil {
+		emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
+		return retryable(err)
+	}
+	if err := r.Client.Patch(ctx, backup, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("ending backup %s PartiallyFailed: %w", backup.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("volume snapshots did not become durable: backup ended PartiallyFailed", "from", from,
+		"persistentVolumes", added)
+	emitf(r.Recorder, backup, corev1.EventTypeWarning, "PhaseChanged",
+		"%s -> %s: the volume snapshots of PersistentVolumes %s did not become durable; a restore cannot use them",
+		from, velerov1api.BackupPhasePartiallyFailed, strings.Join(added, ", "))
+	return nil
+}
+
+// splitList is a comma-separated annotation as a list.
+func splitList(v string) []string {
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
 }
 
 // snapshotDeadline is when the snapshots of a backup have timed out.

@@ -28,6 +28,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -129,6 +131,12 @@ func parentReasons(g Gomega, obj client.Object) []string {
 		out = append(out, reason)
 	}
 	return out
+}
+
+func backupNow(g Gomega, b *velerov1api.Backup) *velerov1api.Backup {
+	got := &velerov1api.Backup{}
+	g.Expect(env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), got)).To(Succeed())
+	return got
 }
 
 func backupPhase(g Gomega, b *velerov1api.Backup) velerov1api.BackupPhase {
@@ -264,5 +272,58 @@ var _ = Describe("The VolumeSnapshot reconciler", Label("envtest"), func() {
 			5*time.Second, 50*time.Millisecond).Should(HaveLen(1))
 		g.Consistently(func() int { return files.snapshotReadsOf(string(old.UID)) }, time.Second, 100*time.Millisecond).Should(BeZero())
 		g.Expect(snapshotOperationsOf(g, string(old.UID))).To(BeEmpty())
+	})
+})
+
+// In manage mode a snapshot that did not become durable ends its Backup
+// PartiallyFailed, once Velero has ended the Backup, with one error per
+// volume, counted once whatever the reconciles.
+var _ = Describe("A Backup whose native snapshot did not become durable", Label("envtest"), func() {
+	snapshotOp := func(pv string, phase itemopsv1alpha1.OperationPhase) *itemopsv1alpha1.ItemOperation {
+		return &itemopsv1alpha1.ItemOperation{
+			Spec:   itemopsv1alpha1.ItemOperationSpec{Resource: itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumes", Name: pv}},
+			Status: itemopsv1alpha1.ItemOperationStatus{Phase: phase},
+		}
+	}
+	It("ends PartiallyFailed in manage mode, with the volumes named", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		recorder := record.NewFakeRecorder(10)
+		r := &VolumeSnapshotReconciler{Client: env.Client, Recorder: recorder, Store: files, Clock: clock.RealClock{},
+			Manage: true, NonDurable: NonDurablePartiallyFail}
+		backup := newSnapshotBackup(t, velerov1api.BackupPhaseFinalizing, time.Hour, time.Now(), func(string) []store.VolumeSnapshot { return nil })
+		ops := []*itemopsv1alpha1.ItemOperation{
+			snapshotOp("pv-ok", itemopsv1alpha1.OperationPhaseCompleted),
+			snapshotOp("pv-bad", itemopsv1alpha1.OperationPhaseFailed),
+			snapshotOp("pv-running", itemopsv1alpha1.OperationPhaseInProgress),
+		}
+
+		// Velero's finalizer has not ended it: its end would overwrite ours.
+		g.Expect(r.failBackup(ctx, backupNow(g, backup), ops)).To(Succeed())
+		g.Expect(backupPhase(g, backup)).To(Equal(velerov1api.BackupPhaseFinalizing))
+
+		patch := client.MergeFrom(backup.DeepCopy())
+		backup.Status.Phase, backup.Status.Warnings = velerov1api.BackupPhaseCompleted, 1
+		g.Expect(env.Client.Patch(ctx, backup, patch)).To(Succeed())
+		g.Expect(r.failBackup(ctx, backupNow(g, backup), ops)).To(Succeed())
+		got := backupNow(g, backup)
+		g.Expect(got.Status.Phase).To(Equal(velerov1api.BackupPhasePartiallyFailed))
+		g.Expect(got.Status.Errors).To(Equal(1))
+		g.Expect(got.Status.Warnings).To(Equal(1), "the rest of Velero's status is kept")
+		g.Expect(got.Annotations).To(HaveKeyWithValue(itemopsv1alpha1.AnnotationNonDurableSnapshots, "pv-bad"))
+		g.Expect(files.notDurable[string(backup.UID)]).To(Equal(markedNotDurable{pvs: []string{"pv-bad"},
+			phase: velerov1api.BackupPhasePartiallyFailed, errors: 1}), "Velero's files say it first")
+		g.Expect(recorder.Events).To(Receive(Equal("Warning PhaseChanged Completed -> PartiallyFailed: the volume snapshots of " +
+			"PersistentVolumes pv-bad did not become durable; a restore cannot use them")))
+
+		// Counted once; a later failure adds its own error.
+		g.Expect(r.failBackup(ctx, backupNow(g, backup), ops)).To(Succeed())
+		g.Expect(backupNow(g, backup).Status.Errors).To(Equal(1))
+		ops[2].Status.Phase = itemopsv1alpha1.OperationPhaseCanceled
+		g.Expect(r.failBackup(ctx, backupNow(g, backup), ops)).To(Succeed())
+		got = backupNow(g, backup)
+		g.Expect(got.Status.Errors).To(Equal(2))
+		g.Expect(got.Annotations).To(HaveKeyWithValue(itemopsv1alpha1.AnnotationNonDurableSnapshots, "pv-bad,pv-running"))
 	})
 })

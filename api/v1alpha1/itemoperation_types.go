@@ -34,6 +34,11 @@ const (
 	// LabelParentUID holds spec.parent.uid.
 	LabelParentUID = "itemops.io/parent-uid"
 
+	// AnnotationNonDurableSnapshots, on a Backup, lists (comma-separated,
+	// sorted) the PersistentVolumes whose native snapshot did not become
+	// durable and for which manage mode counted an error in the Backup.
+	AnnotationNonDurableSnapshots = "itemops.io/non-durable-snapshots"
+
 	// AnnotationRecordIndex is the position of the operation's record in
 	// Velero's operations file, kept so the file is written back in order.
 	AnnotationRecordIndex = "itemops.io/record-index"

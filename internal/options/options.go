@@ -44,6 +44,12 @@ const (
 
 var modes = []Mode{ModeObserve, ModeManage}
 
+// The values of --non-durable-snapshots.
+const (
+	NonDurablePartiallyFail = "PartiallyFail"
+	NonDurableWarn          = "Warn"
+)
+
 // String implements flag.Value.
 func (m *Mode) String() string { return string(*m) }
 
@@ -66,6 +72,9 @@ func (m *Mode) Set(value string) error {
 type Options struct {
 	// Mode is observe or manage.
 	Mode Mode
+	// NonDurableSnapshots is what manage mode does with a Backup whose
+	// native snapshot did not become durable: PartiallyFail or Warn.
+	NonDurableSnapshots string
 	// VeleroNamespace is where Velero, its Backups and Restores, and every
 	// ItemOperation live.
 	VeleroNamespace string
@@ -151,6 +160,7 @@ func (a *Args) Set(value string) error {
 func New() Options {
 	return Options{
 		Mode:                    ModeObserve,
+		NonDurableSnapshots:     NonDurablePartiallyFail,
 		VeleroNamespace:         "velero",
 		PluginDir:               "/plugins",
 		SyncFrequency:           10 * time.Second,
@@ -178,6 +188,7 @@ func New() Options {
 // BindFlags registers one flag per option on fs, with the current values as defaults.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.Var(&o.Mode, "mode", "observe: mirror and poll operations, never write to Velero; manage: also move Backups and Restores on (run Velero with --disable-controllers=backup-operations,restore-operations)")
+	fs.StringVar(&o.NonDurableSnapshots, "non-durable-snapshots", o.NonDurableSnapshots, "manage mode, a Backup whose native volume snapshot did not become durable: PartiallyFail (end it PartiallyFailed, naming the volumes) or Warn (Events only); observe mode only warns")
 	fs.StringVar(&o.VeleroNamespace, "velero-namespace", o.VeleroNamespace, "namespace of Velero, its Backups and Restores, and every ItemOperation")
 	fs.StringVar(&o.PluginDir, "plugin-dir", o.PluginDir, "directory holding the Velero plugin binaries")
 	fs.DurationVar(&o.SyncFrequency, "sync-frequency", o.SyncFrequency, "how often an operation in progress is polled")
@@ -210,6 +221,9 @@ func (o Options) Validate() error {
 	var mode Mode
 	if err := mode.Set(string(o.Mode)); err != nil {
 		errs = append(errs, fmt.Errorf("--mode: %w", err))
+	}
+	if o.NonDurableSnapshots != NonDurablePartiallyFail && o.NonDurableSnapshots != NonDurableWarn {
+		errs = append(errs, fmt.Errorf("--non-durable-snapshots: %q must be %s or %s", o.NonDurableSnapshots, NonDurablePartiallyFail, NonDurableWarn))
 	}
 	if problems := validation.IsDNS1123Label(o.VeleroNamespace); len(problems) > 0 {
 		errs = append(errs, fmt.Errorf("--velero-namespace %q is not a namespace name: %s", o.VeleroNamespace, strings.Join(problems, "; ")))

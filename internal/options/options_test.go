@@ -60,7 +60,7 @@ func TestDefaultsAreValid(t *testing.T) {
 
 func TestFlagsAreParsed(t *testing.T) {
 	g := NewWithT(t)
-	o, err := parse("--mode=manage", "--velero-namespace=backup-system", "--plugin-dir=/opt/plugins",
+	o, err := parse("--mode=manage", "--non-durable-snapshots=Warn", "--velero-namespace=backup-system", "--plugin-dir=/opt/plugins",
 		"--sync-frequency=2s", "--max-concurrent-reconciles=32", "--plugin-call-timeout=5s",
 		"--progress-update-interval=1m", "--max-progress-failures=3", "--stall-after=30m",
 		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--pprof-bind-address=127.0.0.1:6060", "--leader-elect",
@@ -71,6 +71,7 @@ func TestFlagsAreParsed(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(o).To(Equal(Options{
 		Mode:                    ModeManage,
+		NonDurableSnapshots:     NonDurableWarn,
 		VeleroNamespace:         "backup-system",
 		PluginDir:               "/opt/plugins",
 		SyncFrequency:           2 * time.Second,
@@ -106,6 +107,7 @@ func TestBadValuesAreRejectedWithTheirFlag(t *testing.T) {
 	}{
 		{"unknown mode", []string{"--mode=takeover"}, []string{`unknown mode "takeover": must be one of observe, manage`}},
 		{"mode in capitals", []string{"--mode=Manage"}, []string{`unknown mode "Manage"`}},
+		{"unknown non-durable policy", []string{"--non-durable-snapshots=Fail"}, []string{`--non-durable-snapshots: "Fail" must be PartiallyFail or Warn`}},
 		{"unknown flag", []string{"--poll-everything"}, []string{"flag provided but not defined: -poll-everything"}},
 		{"namespace not a DNS label", []string{"--velero-namespace=Velero_NS"}, []string{`--velero-namespace "Velero_NS" is not a namespace name`}},
 		{"empty namespace", []string{"--velero-namespace="}, []string{`--velero-namespace "" is not a namespace name`}},

@@ -17,16 +17,19 @@ limitations under the License.
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	"github.com/vmware-tanzu/velero/pkg/persistence"
+	"github.com/vmware-tanzu/velero/pkg/util/encode"
 
 	"github.com/itemops/itemops/internal/plugin"
 )
@@ -114,3 +117,54 @@ func (s *Store) SnapshotLocation(ctx context.Context, name string) (SnapshotLoca
 	}
 	return SnapshotLocation{Plugin: plugin.VolumeSnapshotterName(location.Spec.Provider), Config: config}, nil
 }
+
+// MarkSnapshotsNotDurable writes to a Backup's files in object storage what
+// itemops found after Velero had ended it: backup (its phase and error
+// count as itemops changed them) becomes the backup's metadata, which backup
+// sync and `velero backup describe` of another cluster read; and each
+// native snapshot of the PersistentVolumes pvs gets the result "failed" in
+// the volume information file, which `velero backup describe --details`
+// shows. Writing the same again changes nothing.
+func (s *Store) MarkSnapshotsNotDurable(ctx context.Context, backup *velerov1api.Backup, pvs []string) error {
+	err := s.withBackupStore(ctx, backup.Spec.StorageLocation, true, func(bs persistence.BackupStore) error {
+		infos, err := bs.GetBackupVolumeInfos(backup.Name)
+		if err != nil {
+			return fmt.Errorf("reading the volume information: %w", classifyRead(err))
+		}
+		changed := false
+		for _, info := range infos {
+			if info != nil && info.BackupMethod == nativeSnapshot && slices.Contains(pvs, info.PVName) && info.Result != volumeResultFailed {
+				info.Result = volumeResultFailed
+				changed = true
+			}
+		}
+		if changed {
+			body, err := gzipJSON(infos)
+			if err == nil {
+				err = bs.PutBackupVolumeInfos(backup.Name, body)
+			}
+			if err != nil {
+				return fmt.Errorf("writing the volume information: %w", err)
+			}
+		}
+		metadata := &bytes.Buffer{}
+		if err := encode.To(backup, "json", metadata); err != nil {
+			return fmt.Errorf("encoding the backup's metadata: %w", err)
+		}
+		if err := bs.PutBackupMetadata(backup.Name, metadata); err != nil {
+			return fmt.Errorf("writing the backup's metadata: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recording the volume snapshots of backup %s that did not become durable: %w", backup.Name, err)
+	}
+	return nil
+}
+
+// Velero's names, in its volume information file, of a native snapshot and
+// of a volume whose backup failed (its internal/volume package).
+const (
+	nativeSnapshot     = "NativeSnapshot"
+	volumeResultFailed = "failed"
+)
