@@ -243,6 +243,12 @@ func main() {
 		log.Error(err, "setting up the volume snapshot controller")
 		os.Exit(1)
 	}
+	if err := (&controllers.RestoreSnapshotReconciler{
+		Client: mgr.GetClient(), Recorder: recorder, Stores: stores,
+	}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "setting up the restore snapshot controller")
+		os.Exit(1)
+	}
 	if opts.Mode == options.ModeManage {
 		if err := (&controllers.DownloadRequestReconciler{
 			Client: mgr.GetClient(), Recorder: recorder, Backups: backups, Restores: restores,

@@ -426,3 +426,83 @@ func (r *VolumeSnapshotReconciler) reportDurability(backup *velerov1api.Backup, 
 		"%d of %d volume snapshots did not become durable (PersistentVolumes %v); see their ItemOperations",
 		len(failed), len(ops), failed)
 }
+
+// RestoreSnapshotReconciler warns on a Restore whose Backup has native
+// volume snapshots that did not become durable, or are still copying:
+// Velero restores volumes from every snapshot it recorded, as if whole. It
+// never writes to a Restore, in either mode.
+type RestoreSnapshotReconciler struct {
+	Client   client.Client
+	Recorder record.EventRecorder
+	// Stores reads a Backup's ItemOperations from the cache's store;
+	// through Client when nil.
+	Stores *Stores
+
+	warned sync.Map // restore UID -> true, so each Restore is warned once
+}
+
+// SetupWithManager registers the reconciler for Restores.
+func (r *RestoreSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("restoresnapshots").
+		For(&velerov1api.Restore{}).
+		Complete(quietConflicts{r})
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *RestoreSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	restore := &velerov1api.Restore{}
+	if err := r.Client.Get(ctx, req.NamespacedName, restore); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	switch restore.Status.Phase {
+	case "", velerov1api.RestorePhaseNew, velerov1api.RestorePhaseInProgress:
+	default:
+		r.warned.Delete(restore.UID)
+		return ctrl.Result{}, nil // its volumes are restored already
+	}
+	if restore.Spec.BackupName == "" || (restore.Spec.RestorePVs != nil && !*restore.Spec.RestorePVs) {
+		return ctrl.Result{}, nil
+	}
+	if _, done := r.warned.Load(restore.UID); done {
+		return ctrl.Result{}, nil
+	}
+	backup := &velerov1api.Backup{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: restore.Namespace, Name: restore.Spec.BackupName}, backup); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ops, err := listAllOperations(ctx, r.Client, r.Stores, backup.Namespace, backup.UID)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var failed, copying []string
+	for _, op := range ops {
+		if op.Spec.Plugin.Kind != itemopsv1alpha1.PluginKindVolumeSnapshotter {
+			continue
+		}
+		switch op.Status.Phase {
+		case itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseCanceled:
+			failed = append(failed, op.Spec.Resource.Name)
+		case itemopsv1alpha1.OperationPhaseCompleted:
+		default:
+			copying = append(copying, op.Spec.Resource.Name)
+		}
+	}
+	if len(failed)+len(copying) == 0 {
+		return ctrl.Result{}, nil
+	}
+	slices.Sort(failed)
+	slices.Sort(copying)
+	var parts []string
+	if len(failed) > 0 {
+		parts = append(parts, fmt.Sprintf("the volume snapshots of PersistentVolumes %s did not become durable", strings.Join(failed, ", ")))
+	}
+	if len(copying) > 0 {
+		parts = append(parts, fmt.Sprintf("those of %s are still copying", strings.Join(copying, ", ")))
+	}
+	r.warned.Store(restore.UID, true)
+	emitf(r.Recorder, restore, corev1.EventTypeWarning, reasonRestoreNotDurable,
+		"Backup %s: %s; Velero restores volumes from them as if whole: expect their restore to fail, or to hold incomplete data",
+		backup.Name, strings.Join(parts, "; "))
+	return ctrl.Result{}, nil
+}

@@ -82,8 +82,18 @@ func newGetCommand(o *options) *cobra.Command {
 					return nil
 				}
 				table := view.SummaryTable(sums, o.clock.Now(), len(kinds) > 1)
-				return printers.NewTablePrinter(printers.PrintOptions{Wide: format == "wide", NoHeaders: noHeaders}).
-					PrintObj(table, o.streams.Out)
+				if err := printers.NewTablePrinter(printers.PrintOptions{Wide: format == "wide", NoHeaders: noHeaders}).
+					PrintObj(table, o.streams.Out); err != nil {
+					return err
+				}
+				// As kubectl prints the API server's warnings: on stderr,
+				// so that scripts reading the table are not disturbed.
+				for _, s := range sums {
+					if w := view.NotDurableWarning(s); w != "" {
+						fmt.Fprintln(o.streams.ErrOut, w)
+					}
+				}
+				return nil
 			}
 			printer, err := printFlags.ToPrinter()
 			if err != nil {

@@ -18,6 +18,7 @@ package view
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -134,6 +135,9 @@ type Summary struct {
 	ETA time.Time
 	// Plugins are the plugins that started the operations, sorted.
 	Plugins []string
+	// NotDurable are the PersistentVolumes, sorted, whose native volume
+	// snapshot ended Failed or Canceled: a restore cannot use them.
+	NotDurable []string
 }
 
 // Summarize adds up a snapshot's operations.
@@ -159,6 +163,9 @@ func Summarize(s Snapshot) Summary {
 			sum.Completed++
 		case itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseCanceled:
 			sum.Failed++
+			if op.Spec.Plugin.Kind == itemopsv1alpha1.PluginKindVolumeSnapshotter {
+				sum.NotDurable = append(sum.NotDurable, Printable(op.Spec.Resource.Name))
+			}
 		default:
 			sum.Running++
 			if stalled(op) {
@@ -210,7 +217,18 @@ func Summarize(s Snapshot) Summary {
 		sum.Plugins = append(sum.Plugins, p)
 	}
 	slices.Sort(sum.Plugins)
+	slices.Sort(sum.NotDurable)
 	return sum
+}
+
+// NotDurableWarning is the warning about a summary's snapshots that did
+// not become durable, or "" when there are none.
+func NotDurableWarning(s Summary) string {
+	if len(s.NotDurable) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Warning: %s: the volume snapshots of PersistentVolumes %s did not become durable; a restore cannot use them",
+		s.Parent, strings.Join(s.NotDurable, ", "))
 }
 
 // fraction is how much of one operation is done, from 0 to 1.

@@ -118,6 +118,9 @@ type summaryJSON struct {
 	Percent             int          `json:"percent"`
 	EstimatedCompletion *metav1.Time `json:"estimatedCompletion,omitempty"`
 	Plugins             []string     `json:"plugins,omitempty"`
+	// NotDurable are the PersistentVolumes whose native snapshot did not
+	// become durable.
+	NotDurable []string `json:"notDurableSnapshots,omitempty"`
 }
 
 // summaryMeta is an OperationsSummary's metadata: its parent's name,
@@ -156,8 +159,9 @@ func summaryObject(s Summary) (*unstructured.Unstructured, error) {
 		Parent:   summaryParent{Kind: s.Parent.Kind, Name: s.Parent.Name, UID: string(s.UID), Phase: s.Phase},
 		Operations: summaryOperations{Total: s.Total, Completed: s.Completed, Failed: s.Failed,
 			Running: s.Running, Stalled: s.Stalled},
-		Percent: int(s.Fraction * 100),
-		Plugins: s.Plugins,
+		Percent:    int(s.Fraction * 100),
+		Plugins:    s.Plugins,
+		NotDurable: s.NotDurable,
 	}
 	for _, a := range s.Amounts {
 		j.Amounts = append(j.Amounts, summaryAmount(a))

@@ -123,6 +123,28 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
+// Snapshots that ended Failed or Canceled are named, and only those: an
+// item action's failed operation or a snapshot still copying is not.
+func TestNotDurableSnapshotsAreNamed(t *testing.T) {
+	g := NewWithT(t)
+	op := func(kind itemopsv1alpha1.PluginKind, pv string, phase itemopsv1alpha1.OperationPhase) itemopsv1alpha1.ItemOperation {
+		return itemopsv1alpha1.ItemOperation{
+			Spec:   itemopsv1alpha1.ItemOperationSpec{Plugin: itemopsv1alpha1.PluginReference{Kind: kind, Name: "example.io/disks"}, Resource: itemopsv1alpha1.ResourceIdentifier{Name: pv}},
+			Status: itemopsv1alpha1.ItemOperationStatus{Phase: phase},
+		}
+	}
+	vs, bia := itemopsv1alpha1.PluginKindVolumeSnapshotter, itemopsv1alpha1.PluginKindBackupItemAction
+	s := Summarize(Snapshot{Found: true, Parent: Parent{Kind: itemopsv1alpha1.ParentKindBackup, Name: "nightly"}, Operations: []itemopsv1alpha1.ItemOperation{
+		op(vs, "pv-c", itemopsv1alpha1.OperationPhaseCanceled), op(vs, "pv-a", itemopsv1alpha1.OperationPhaseFailed),
+		op(vs, "pv-ok", itemopsv1alpha1.OperationPhaseCompleted), op(vs, "pv-copying", itemopsv1alpha1.OperationPhaseInProgress),
+		op(bia, "shop/data", itemopsv1alpha1.OperationPhaseFailed),
+	}})
+	g.Expect(s.NotDurable).To(Equal([]string{"pv-a", "pv-c"}))
+	g.Expect(NotDurableWarning(s)).To(Equal("Warning: backup/nightly: the volume snapshots of PersistentVolumes pv-a, pv-c " +
+		"did not become durable; a restore cannot use them"))
+	g.Expect(NotDurableWarning(Summarize(Snapshot{Found: true}))).To(BeEmpty())
+}
+
 func TestEnded(t *testing.T) {
 	for phase, want := range map[string]struct {
 		code  int
