@@ -244,6 +244,9 @@ func (r *VolumeSnapshotReconciler) failBackup(ctx context.Context, backup *veler
 	}
 	ctrl.LoggerFrom(ctx).Info("volume snapshots did not become durable: backup ended PartiallyFailed", "from", from,
 		"persistentVolumes", added)
+	if from == backup.Status.Phase {
+		return nil // VolumeSnapshotsNotDurable names them all once the last snapshot ends
+	}
 	emitf(r.Recorder, backup, corev1.EventTypeWarning, "PhaseChanged",
 		"%s -> %s: the volume snapshots of PersistentVolumes %s did not become durable; a restore cannot use them",
 		from, velerov1api.BackupPhasePartiallyFailed, strings.Join(added, ", "))
@@ -430,7 +433,9 @@ func (r *VolumeSnapshotReconciler) reportDurability(backup *velerov1api.Backup, 
 // RestoreSnapshotReconciler warns on a Restore whose Backup has native
 // volume snapshots that did not become durable, or are still copying:
 // Velero restores volumes from every snapshot it recorded, as if whole. It
-// never writes to a Restore, in either mode.
+// never writes to a Restore, in either mode. A Restore is warned about once
+// in its first hour, whatever its phase: Velero may end a small one before
+// the warning could come first.
 type RestoreSnapshotReconciler struct {
 	Client   client.Client
 	Recorder record.EventRecorder
@@ -438,11 +443,20 @@ type RestoreSnapshotReconciler struct {
 	// through Client when nil.
 	Stores *Stores
 
+	Clock  clock.Clock
 	warned sync.Map // restore UID -> true, so each Restore is warned once
 }
 
+// restoreWarningAge is how old a Restore may be and still be warned about:
+// one that ended within seconds of its creation is warned about all the
+// same, and a restart of itemops does not warn again about old ones.
+const restoreWarningAge = time.Hour
+
 // SetupWithManager registers the reconciler for Restores.
 func (r *RestoreSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("restoresnapshots").
 		For(&velerov1api.Restore{}).
@@ -455,11 +469,9 @@ func (r *RestoreSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	if err := r.Client.Get(ctx, req.NamespacedName, restore); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	switch restore.Status.Phase {
-	case "", velerov1api.RestorePhaseNew, velerov1api.RestorePhaseInProgress:
-	default:
+	if r.Clock.Since(restore.CreationTimestamp.Time) > restoreWarningAge {
 		r.warned.Delete(restore.UID)
-		return ctrl.Result{}, nil // its volumes are restored already
+		return ctrl.Result{}, nil // told long ago, or before itemops ran
 	}
 	if restore.Spec.BackupName == "" || (restore.Spec.RestorePVs != nil && !*restore.Spec.RestorePVs) {
 		return ctrl.Result{}, nil

@@ -324,6 +324,7 @@ var _ = Describe("A Backup whose native snapshot did not become durable", Label(
 		g.Expect(r.failBackup(ctx, backupNow(g, backup), ops)).To(Succeed())
 		got = backupNow(g, backup)
 		g.Expect(got.Status.Errors).To(Equal(2))
+		g.Expect(recorder.Events).NotTo(Receive(), "no phase changed: no PhaseChanged")
 		g.Expect(got.Annotations).To(HaveKeyWithValue(itemopsv1alpha1.AnnotationNonDurableSnapshots, "pv-bad,pv-running"))
 	})
 })

@@ -511,6 +511,18 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		Expect(watchExit(ctx, "backup", "verdict")).To(Equal(1), "kubectl itemops shows Velero's verdict")
 	})
 
+	It("observe mode: a plugin binary swapped from the node shows PluginBinaryChanged on its operations, and is never run", func(ctx SpecContext) {
+		var pod string
+		Eventually(func(g Gomega) map[string]string {
+			ready := readyManagers(g)
+			for name := range ready {
+				pod = name
+			}
+			return ready
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(HaveLen(1))
+		binaryChangedAfterSwap(ctx, pod, "swap-observed", "swap-observed")
+	})
+
 	It("moves to manage mode with two replicas by the README's commands, a Backup counted by Velero in flight", func(ctx SpecContext) {
 		inFlight(ctx, "switch-1", "to-manage")
 		Expect(s.RunREADME(ctx, "manage")).To(Succeed())
@@ -626,6 +638,16 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		))
 		Expect(watchExit(ctx, "backup", "managed")).To(Equal(0), "the exit code of a Completed backup")
 		Eventually(readyManagers).WithContext(ctx).WithTimeout(2 * time.Minute).Should(HaveLen(2))
+	})
+
+	It("manage mode: a plugin binary swapped from the node under the leader shows PluginBinaryChanged, and is never run", func(ctx SpecContext) {
+		var pod string
+		Eventually(func(g Gomega) string {
+			pod = leader(g)
+			g.Expect(readyManagers(g)).To(HaveKey(pod))
+			return pod
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).ShouldNot(BeEmpty())
+		binaryChangedAfterSwap(ctx, pod, "swap-managed", "swap-managed")
 	})
 
 	It("helm upgrade to a second image tag mid-flight rolls the pods, and the operations end right", func(ctx SpecContext) {

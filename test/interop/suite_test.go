@@ -46,7 +46,8 @@ var (
 	kubeconfig string
 	// itemopsBinary is the program under test.
 	itemopsBinary string
-	// pluginDir holds velero-plugin-for-aws and the sample plugins, for both.
+	// pluginDir holds velero-plugin-for-aws, the sample plugins and the
+	// example VolumeSnapshotter v2, for both.
 	pluginDir string
 	// bucketDir is the bucket as versitygw keeps it on disk.
 	bucketDir string
@@ -87,6 +88,13 @@ func setUp(work string) (stop func(), err error) {
 	pluginDir = filepath.Join(work, "plugins")
 	itemopsBinary = filepath.Join(work, "itemops")
 	if err := envtest.BuildSamplePlugins(pluginDir, "sample"); err != nil {
+		return stop, err
+	}
+	// The plugin docs/plugins.md walks a plugin author through.
+	example := exec.Command("go", "build", "-o", filepath.Join(pluginDir, "volumesnapshotter"), "./examples/volumesnapshotter")
+	example.Dir = env.RepoRoot
+	example.Stdout, example.Stderr = os.Stderr, os.Stderr
+	if err := example.Run(); err != nil {
 		return stop, err
 	}
 	build := exec.Command("go", "build", "-o", itemopsBinary, ".")

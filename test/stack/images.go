@@ -39,8 +39,8 @@ const (
 	StandinImage = "itemops.io/csi-standin:dev"
 	// ItemopsRepository is the chart's image repository.
 	ItemopsRepository = "ghcr.io/itemops/itemops"
-	// samplePluginsBinary is the sample plugins' file in a plugin directory.
-	samplePluginsBinary = "itemops-sample-plugins"
+	// SamplePluginsBinary is the sample plugins' file in a plugin directory.
+	SamplePluginsBinary = "itemops-sample-plugins"
 )
 
 // Binaries are the programs nobody here wrote, built once per machine by
@@ -100,7 +100,7 @@ func BuildImages(ctx context.Context, root, dir string, bins Binaries, itemopsTa
 	}
 	tarballs := []string{filepath.Join(dir, "itemops", "itemops.tar")}
 
-	sample := filepath.Join(binDir, samplePluginsBinary)
+	sample := filepath.Join(binDir, SamplePluginsBinary)
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", sample, "./test/plugins/sample")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -123,8 +123,8 @@ func BuildImages(ctx context.Context, root, dir string, bins Binaries, itemopsTa
 			User: nonroot, Entrypoint: []string{"cp-plugin", "/plugins/velero-plugin-for-aws", "/target/velero-plugin-for-aws"}},
 		{Ref: VersitygwImage, Files: map[string]string{"/app/versitygw": bins.Versitygw}, Dirs: []string{"/tmp"},
 			User: nonroot, Entrypoint: []string{"/app/versitygw"}},
-		{Ref: SamplePluginsImage, Files: map[string]string{"/plugins/" + samplePluginsBinary: sample, "/bin/cp-plugin": copier},
-			User: nonroot, Entrypoint: []string{"/bin/cp-plugin", "/plugins/" + samplePluginsBinary, "/target/" + samplePluginsBinary}},
+		{Ref: SamplePluginsImage, Files: map[string]string{"/plugins/" + SamplePluginsBinary: sample, "/bin/cp-plugin": copier},
+			User: nonroot, Entrypoint: []string{"/bin/cp-plugin", "/plugins/" + SamplePluginsBinary, "/target/" + SamplePluginsBinary}},
 		{Ref: StandinImage, Files: map[string]string{"/standin": standin}, User: nonroot, Entrypoint: []string{"/standin"}},
 	}
 	for _, img := range images {
