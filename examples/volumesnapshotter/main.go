@@ -14,7 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-
 // Command volumesnapshotter is a complete VolumeSnapshotter v2 plugin: the
 // one docs/plugins.md walks through, built and run against the real Velero
 // by itemops' tests.

@@ -14,7 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-
 package cluster
 
 import (
@@ -130,7 +129,7 @@ func binaryChangedAfterSwap(ctx context.Context, pod, namespace, backup string) 
 			StopTrying(fmt.Sprintf("the operation ended %s before the swap was seen: %+v", op.Status.Phase, op.Status)).Now()
 		}
 		return &op
-	}).WithContext(ctx).WithTimeout(2*pollInterval+time.Minute).WithPolling(time.Second).Should(
+	}).WithContext(ctx).WithTimeout(2*pollInterval + time.Minute).WithPolling(time.Second).Should(
 		WithTransform(func(op *itemopsv1alpha1.ItemOperation) string {
 			c := apimeta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing)
 			if c == nil {
