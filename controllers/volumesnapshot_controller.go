@@ -414,6 +414,7 @@ func (r *VolumeSnapshotReconciler) reportDurability(backup *velerov1api.Backup, 
 			return // still uploading
 		}
 	}
+	slices.Sort(failed)
 	key := types.NamespacedName{Namespace: backup.Namespace, Name: backup.Name}
 	now := reportedSummary{uid: backup.UID, summary: fmt.Sprintf("%d/%d", durable, len(ops))}
 	if last, ok := r.reported.Load(key); ok && last == now {
