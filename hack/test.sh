@@ -117,10 +117,20 @@ if ((status != 0)); then
   for i in "${!pids[@]}"; do
     [[ "${codes[$i]}" == 0 ]] && continue
     sed 's/\x1b\[[0-9;]*m//g' "$logs/${names[$i]}" | awk -v lane="${names[$i]}" '
-      /^• \[(FAILED|PANICKED|TIMEDOUT|INTERRUPTED)\]/ { block = 1; lines = 0; print "--- " lane " lane" }
-      block && /^------------------------------/ { block = 0; next }
-      block && lines++ < 60 { print }
-      /^(--- FAIL|FAIL\t|panic:)/ { print lane ": " $0 }'
+      # A failed spec: its first lines (what failed, where), then its last
+      # (the failure message, after the timeline and the logs it holds).
+      function flush(   i) {
+        for (i = 1; i <= n; i++) {
+          if (i <= 12 || i > n - 40) print buf[i]
+          else if (i == 13) print "[... " n - 52 " lines of the timeline: see the JUnit report ...]"
+        }
+        n = 0
+      }
+      /^• \[(FAILED|PANICKED|TIMEDOUT|INTERRUPTED)\]/ { block = 1; n = 0; print "--- " lane " lane" }
+      block && /^------------------------------/ { block = 0; flush(); next }
+      block { buf[++n] = $0 }
+      /^(--- FAIL|FAIL\t|panic:)/ { print lane ": " $0 }
+      END { if (block) flush() }'
   done
 fi
 echo "JUnit reports: $ARTIFACTS/*_junit.xml"

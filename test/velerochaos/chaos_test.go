@@ -137,7 +137,7 @@ var _ = Describe("itemops and the real Velero under faults", func() {
 				b := &velerov1api.Backup{}
 				if err := env.Client.Get(ctx, client.ObjectKey{Namespace: envtest.VeleroNamespace, Name: name}, b); client.IgnoreNotFound(err) != nil {
 					g.Expect(err).NotTo(HaveOccurred())
-				} else if err == nil {
+				} else if err == nil && !load.isStranded(b) {
 					g.Expect(backupEnded(b.Status.Phase)).To(BeTrue(), "Backup %s is %s", name, b.Status.Phase)
 				}
 			}
@@ -215,12 +215,15 @@ type workload struct {
 	deleteRequested map[string]bool
 	// uids: each Backup's UID as created, to tell it from a Backup of the
 	// same name that Velero's backup sync makes from the bucket.
-	uids     map[string]types.UID
+	uids map[string]types.UID
+	// stranded: Backups that were ReadyToStart when velero server was
+	// killed, which Velero v1.18 never starts again.
+	stranded map[string]bool
 	failures []error
 }
 
 func newWorkload(cfg config, rng *rand.Rand) *workload {
-	return &workload{cfg: cfg, rng: rng, restored: map[string]bool{}, deleteRequested: map[string]bool{}, uids: map[string]types.UID{}}
+	return &workload{cfg: cfg, rng: rng, restored: map[string]bool{}, deleteRequested: map[string]bool{}, uids: map[string]types.UID{}, stranded: map[string]bool{}}
 }
 
 func (l *workload) run(ctx context.Context) {
@@ -264,6 +267,42 @@ func (l *workload) backupNames() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.backups...)
+}
+
+// strand records Backups left ReadyToStart by a killed velero server.
+func (l *workload) strand(names []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, n := range names {
+		l.stranded[n] = true
+	}
+}
+
+// isStranded says whether Backup b is one a killed velero server left
+// ReadyToStart, and still is.
+func (l *workload) isStranded(b *velerov1api.Backup) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stranded[b.Name] && b.UID == l.uids[b.Name] && b.Status.Phase == velerov1api.BackupPhaseReadyToStart
+}
+
+// readyToStart lists the Backups in phase ReadyToStart.
+func readyToStart(ctx context.Context) ([]string, error) {
+	var names []string
+	err := retrying(ctx, func() error {
+		list := &velerov1api.BackupList{}
+		if err := env.Client.List(ctx, list, client.InNamespace(envtest.VeleroNamespace)); err != nil {
+			return err
+		}
+		names = nil
+		for _, b := range list.Items {
+			if b.Status.Phase == velerov1api.BackupPhaseReadyToStart {
+				names = append(names, b.Name)
+			}
+		}
+		return nil
+	})
+	return names, err
 }
 
 func (l *workload) restoreNames() []string {

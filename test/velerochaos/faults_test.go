@@ -98,6 +98,15 @@ func inject(ctx context.Context, t testing.TB, cfg config, rng *rand.Rand, serve
 			}
 			if injected = waitForBackup(ctx, cfg.momentWait(), inPhase(phase)) != ""; injected {
 				server.kill()
+				// Velero v1.18 starts a ReadyToStart Backup only on the
+				// change to that phase, and its start-up fails only
+				// InProgress ones: one that was ReadyToStart as the server
+				// died stays so for good. Read while no server runs.
+				stranded, err := readyToStart(ctx)
+				if err != nil {
+					t.Fatalf("listing the Backups as velero server is down: %v", err)
+				}
+				load.strand(stranded)
 				pause(ctx, rng, time.Second, 3*time.Second)
 				server.start()
 			}

@@ -48,7 +48,10 @@ type invariants struct {
 	deleted int
 	// resynced: Backups deleted on request whose name Velero's backup sync
 	// gave to a new Backup made from what the bucket still held.
-	resynced   []string
+	resynced []string
+	// stranded: Backups a killed velero server left ReadyToStart, which
+	// Velero v1.18 never starts again.
+	stranded   []string
 	operations int
 	// What must stay zero.
 	wrongPhase, notEnded, fileDisagrees, lost, duplicated, cancelledTwice, unreadable int
@@ -135,6 +138,15 @@ func check(ctx context.Context, t testing.TB, load *workload) *invariants {
 				inv.fail(&inv.lost, "Backup %s was replaced (UID %s, created as %s), though no one asked to delete it", name, b.UID, created)
 			}
 			inv.resynced = append(inv.resynced, fmt.Sprintf("Backup %s: deleted on request, then made again by Velero's backup sync from the bucket, %s", name, b.Status.Phase))
+			continue
+		}
+		if load.isStranded(b) {
+			// Never started: Velero made no operation for it.
+			inv.stranded = append(inv.stranded, name)
+			inv.phases["Backup ReadyToStart"]++
+			for _, op := range byParent["Backup/"+name] {
+				inv.fail(&inv.wrongPhase, "operation %s of Backup %s, which Velero never started, exists (%s)", op.Spec.OperationID, name, op.Status.Phase)
+			}
 			continue
 		}
 		p := parent{kind: "Backup", name: name, uid: string(b.UID), phase: string(b.Status.Phase),
@@ -319,6 +331,14 @@ func (r result) markdown() string {
 		b.WriteString("\n## Failed by Velero itself\n\n")
 		for _, f := range inv.failedBy {
 			fmt.Fprintf(&b, "- %s\n", f)
+		}
+	}
+	if len(inv.stranded) > 0 {
+		b.WriteString("\n## Left ReadyToStart by velero server's restart\n\n" +
+			"Velero v1.18 starts a ReadyToStart Backup only when it enters that phase, and at start-up fails only InProgress ones: " +
+			"these were ReadyToStart as the server was killed, and stay so until deleted.\n\n")
+		for _, n := range inv.stranded {
+			fmt.Fprintf(&b, "- Backup %s\n", n)
 		}
 	}
 	if len(inv.resynced) > 0 {
