@@ -50,6 +50,7 @@ import (
 	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/progress"
 	"github.com/itemops/itemops/internal/store"
+	"github.com/itemops/itemops/internal/why"
 )
 
 // leaderElectionID names the Lease that replicas compete for.
@@ -93,6 +94,9 @@ func main() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(velerov1api.AddToScheme(scheme))
 	utilruntime.Must(itemopsv1alpha1.AddToScheme(scheme))
+	// DataUploads, DataDownloads and VolumeSnapshots: what explains why a
+	// data movement waits.
+	utilruntime.Must(why.AddToScheme(scheme))
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
@@ -190,6 +194,7 @@ func main() {
 		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
 		SnapshotLocations:       objectStorage,
+		Causes:                  &why.Gatherer{Reader: mgr.GetClient(), Direct: mgr.GetAPIReader()},
 		Recorder:                mgr.GetEventRecorderFor("itemops"),
 		Clock:                   clock.RealClock{},
 		VeleroTimesOut:          opts.Mode != options.ModeManage,

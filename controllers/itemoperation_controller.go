@@ -110,6 +110,9 @@ type ItemOperationReconciler struct {
 	// poll comes no sooner than MinPollInterval.
 	ETAPolling      bool
 	MinPollInterval time.Duration
+	// Causes, when set, finds why an operation of Velero's data mover
+	// waits (see explain); only stalls are explained when nil.
+	Causes Causes
 	// Lateness, when set, learns how late each plugin's estimates come and
 	// has ETA polls made ahead of them by that (leadFor).
 	Lateness *progress.Lateness
@@ -128,6 +131,8 @@ type ItemOperationReconciler struct {
 	// polled), so that the first poll of each can spread the next over the
 	// interval and ETA polling knows its last reading.
 	polled sync.Map
+	// causeErrors holds the last error of reading causes, logged once.
+	causeErrors lastErrors
 	// cancelTries counts, by name, the Cancel calls that could not reach
 	// the plugin in a row.
 	cancelTries sync.Map
@@ -146,6 +151,9 @@ type polled struct {
 	predicted time.Time
 	// reading is what the poll read.
 	reading reading
+	// window holds the readings of about the last minute, for the
+	// operation's throughput.
+	window []progress.Sample
 }
 
 // SnapshotLocations reads VolumeSnapshotLocations.
@@ -313,6 +321,8 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		r.learnLateness(op, last, now)
 		return r.writeEnd(ctx, original, op, now)
 	}
+	r.explain(ctx, op, now)
+	window := measureRate(op, last.window, now)
 	// A poll made for an estimated completion that finds the operation
 	// still running: the estimate slipped.
 	slipped := !last.estimate.IsZero() && !now.Before(last.estimate)
@@ -329,7 +339,7 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if err := r.writeStatus(ctx, original, op, now); err != nil {
 		return staleOr(err)
 	}
-	r.polled.Store(req.NamespacedName, polled{estimate: by, steps: steps, predicted: predicted, reading: read})
+	r.polled.Store(req.NamespacedName, polled{estimate: by, steps: steps, predicted: predicted, reading: read, window: window})
 	// Counted from the reconcile's start, so the time the call and the
 	// write took does not push the next poll past the interval.
 	next := min(wait, deadline.Sub(now)) - r.Clock.Since(now)

@@ -231,6 +231,9 @@ func setCondition(op *itemopsv1alpha1.ItemOperation, kind string, status metav1.
 // other change (an end, an error, a failure count, a condition that needs
 // attention) is always written.
 func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op *itemopsv1alpha1.ItemOperation, now time.Time) error {
+	if op.Status.Phase.IsTerminal() {
+		endWait(op, now)
+	}
 	boundStatus(&op.Status)
 	significant := significantChange(&original.Status, &op.Status)
 	switch {
@@ -279,6 +282,7 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 		c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionStalled)
 		emit(r.Recorder, op, corev1.EventTypeWarning, "Stalled", c.Message)
 	}
+	r.waitEvent(original, op)
 	if changedTo(original, op, itemopsv1alpha1.ConditionDiffersFromVelero, metav1.ConditionTrue) {
 		c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionDiffersFromVelero)
 		emit(r.Recorder, op, corev1.EventTypeWarning, itemopsv1alpha1.ConditionDiffersFromVelero, c.Message)
@@ -367,6 +371,7 @@ func (r *ItemOperationReconciler) phaseEvent(op *itemopsv1alpha1.ItemOperation) 
 // significantChange reports a change worth a write at once.
 func significantChange(before, after *itemopsv1alpha1.ItemOperationStatus) bool {
 	if before.Phase != after.Phase || before.Error != after.Error || before.PollFailures != after.PollFailures ||
+		before.WaitingFor != after.WaitingFor ||
 		before.ObservedGeneration != after.ObservedGeneration || before.Created == nil {
 		return true
 	}
@@ -427,7 +432,7 @@ func progressOnly(s *itemopsv1alpha1.ItemOperationStatus) itemopsv1alpha1.ItemOp
 	return itemopsv1alpha1.ItemOperationStatus{
 		NCompleted: s.NCompleted, NTotal: s.NTotal, OperationUnits: s.OperationUnits, Description: s.Description,
 		Started: s.Started, Updated: s.Updated, Progress: s.Progress, EstimatedCompletion: s.EstimatedCompletion,
-		LastProgressTime: s.LastProgressTime,
+		LastProgressTime: s.LastProgressTime, Throughput: s.Throughput, UnitsPerSecond: s.UnitsPerSecond,
 	}
 }
 

@@ -22,5 +22,12 @@ package controllers
 // +kubebuilder:rbac:groups=itemops.io,namespace=velero,resources=itemoperations,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=itemops.io,namespace=velero,resources=itemoperations/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=itemops.io,namespace=velero,resources=itemoperations/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",namespace=velero,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",namespace=velero,resources=events,verbs=create;patch;list
 // +kubebuilder:rbac:groups=events.k8s.io,namespace=velero,resources=events,verbs=create;patch
+
+// What explains why a data movement of Velero's data mover waits (see
+// internal/why): read at every poll through the cache, or once in a phase.
+// +kubebuilder:rbac:groups=velero.io,namespace=velero,resources=datauploads;datadownloads;backuprepositories,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=velero,resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=velero,resources=persistentvolumeclaims;configmaps,verbs=get
+// +kubebuilder:rbac:groups=apps,namespace=velero,resources=daemonsets,verbs=get,resourceNames=node-agent

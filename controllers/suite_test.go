@@ -37,6 +37,8 @@ import (
 	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/store"
+	"github.com/itemops/itemops/internal/why"
+	"github.com/itemops/itemops/test/csisim"
 	"github.com/itemops/itemops/test/envtest"
 )
 
@@ -75,7 +77,12 @@ func TestControllers(t *testing.T) {
 // manage mode. The unit specs use none of them.
 var _ = BeforeSuite(func() {
 	var err error
-	env, err = envtest.Start()
+	root, err := envtest.RepoRoot()
+	Expect(err).NotTo(HaveOccurred())
+	// The CSI snapshot kinds: what explains why a data movement waits reads them.
+	snapshotCRDs, err := csisim.CRDs(root)
+	Expect(err).NotTo(HaveOccurred())
+	env, err = envtest.StartWith(envtest.Options{ExtraCRDPaths: snapshotCRDs})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
 
@@ -117,6 +124,7 @@ var _ = BeforeSuite(func() {
 		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
 		SnapshotLocations:       files.locations,
+		Causes:                  &why.Gatherer{Reader: mgr.GetClient(), Direct: mgr.GetAPIReader()},
 		Recorder:                mgr.GetEventRecorderFor("itemops"),
 		Clock:                   clock.RealClock{},
 		SyncFrequency:           testSync,

@@ -129,6 +129,48 @@ const (
 	// of the operation than itemops' own Progress calls saw. The phase,
 	// error and counts are Velero's; the message says what itemops saw.
 	ConditionDiffersFromVelero = "DiffersFromVelero"
+	// ConditionWaiting is True while an unfinished operation waits on a
+	// cause itemops found (its reason, one of the Waiting reasons below),
+	// with the evidence and what to do in its message; False once the wait
+	// ended. See docs/velero.md, "When an operation waits".
+	ConditionWaiting = "Waiting"
+)
+
+// Reasons of the Waiting condition: the causes an operation waits on. The
+// first seven are found from what Velero's data mover and the cluster say
+// (the DataUpload or DataDownload, the objects it exposes, node-agent, the
+// BackupRepository); NoProgress applies to every plugin.
+const (
+	// WaitingSnapshotNotReady: the CSI VolumeSnapshot the data mover reads
+	// is not ready to use yet.
+	WaitingSnapshotNotReady = "SnapshotNotReady"
+	// WaitingSnapshotFailed: the CSI driver or snapshot controller reports
+	// an error for that VolumeSnapshot.
+	WaitingSnapshotFailed = "SnapshotFailed"
+	// WaitingVolumeNotProvisioned: the volume the data mover exposes (its
+	// backup or restore PersistentVolumeClaim) is Pending with an error of
+	// its provisioner.
+	WaitingVolumeNotProvisioned = "VolumeNotProvisioned"
+	// WaitingPodUnschedulable: the data mover's backup or restore pod
+	// cannot be scheduled.
+	WaitingPodUnschedulable = "PodUnschedulable"
+	// WaitingPodNotRunning: the data mover's pod was scheduled but its
+	// container cannot run: its image cannot be pulled, or it crashes.
+	WaitingPodNotRunning = "PodNotRunning"
+	// WaitingNoNodeAgent: no node-agent pod runs where the data movement
+	// needs one.
+	WaitingNoNodeAgent = "NoNodeAgent"
+	// WaitingNodeAgentBusy: the node already runs node-agent's
+	// loadConcurrency data paths; the operation waits its turn.
+	WaitingNodeAgentBusy = "NodeAgentBusy"
+	// WaitingRepositoryNotReady: the BackupRepository the data moves
+	// through is not Ready.
+	WaitingRepositoryNotReady = "RepositoryNotReady"
+	// WaitingNoProgress: the operation runs but its progress has not moved
+	// for the stall period.
+	WaitingNoProgress = "NoProgress"
+	// ReasonNotWaiting is the reason of Waiting=False.
+	ReasonNotWaiting = "NotWaiting"
 )
 
 // Condition reasons.
@@ -373,7 +415,27 @@ type ItemOperationStatus struct {
 	// +optional
 	Progress string `json:"progress,omitempty"`
 
-	// Conditions are Progressing, Stalled, Canceled and DiffersFromVelero.
+	// WaitingFor is why an unfinished operation does not move, in one word:
+	// the reason of the Waiting condition, else the reason its progress
+	// cannot be read (the Progressing condition's, such as PollFailing).
+	// Empty while it moves and once it ended.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	WaitingFor string `json:"waitingFor,omitempty"`
+
+	// Throughput is how fast the operation moved over about the last
+	// minute, for people, for example "12.5Mi/s". Empty when unknown and
+	// once the operation ended.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Throughput string `json:"throughput,omitempty"`
+
+	// UnitsPerSecond is Throughput in operationUnits per second.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	UnitsPerSecond int64 `json:"unitsPerSecond,omitempty"`
+
+	// Conditions are Progressing, Stalled, Waiting, Canceled and DiffersFromVelero.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -408,6 +470,9 @@ type ItemOperationStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.progress`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Waiting For",type=string,JSONPath=`.status.waitingFor`,priority=1,description="Why the operation does not move (see the Waiting condition)"
+// +kubebuilder:printcolumn:name="Elapsed",type=date,JSONPath=`.status.started`,priority=1,description="Time since the plugin started the operation"
+// +kubebuilder:printcolumn:name="Rate",type=string,JSONPath=`.status.throughput`,priority=1,description="Throughput over about the last minute"
 // +kubebuilder:printcolumn:name="ETA",type=string,JSONPath=`.status.estimatedCompletion`,priority=1,description="Estimated completion at the observed rate"
 // +kubebuilder:printcolumn:name="Operation ID",type=string,JSONPath=`.spec.operationID`,priority=1
 type ItemOperation struct {

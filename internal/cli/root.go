@@ -135,7 +135,7 @@ config, $VELERO_NAMESPACE, else velero).`,
 	cmd.SetErr(streams.ErrOut)
 	o.flags.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().Lookup("namespace").Usage = "Velero's namespace (default: the velero CLI's, from its client config or $VELERO_NAMESPACE, else velero)"
-	cmd.AddCommand(newGetCommand(o), newWatchCommand(o), newCancelCommand(o))
+	cmd.AddCommand(newGetCommand(o), newWatchCommand(o), newWhyCommand(o), newCancelCommand(o))
 	return cmd
 }
 

@@ -29,11 +29,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/internal/progress"
+	"github.com/itemops/itemops/internal/why"
 )
 
 // Call results, the result label of the call metrics.
@@ -226,6 +228,9 @@ var (
 	bytesTotalDesc = prometheus.NewDesc("itemops_operation_bytes_total",
 		"Bytes to move in all by unfinished operations that count in bytes, by plugin.",
 		[]string{"plugin_kind", "plugin"}, nil)
+	waitingDesc = prometheus.NewDesc("itemops_operations_waiting",
+		"Unfinished ItemOperations waiting on a cause (condition Waiting=True), by plugin and cause (its reason).",
+		[]string{"plugin_kind", "plugin", "cause"}, nil)
 	scrapeErrorsDesc = prometheus.NewDesc("itemops_operations_scrape_error",
 		"1 when the ItemOperations could not be listed for this scrape.", nil, nil)
 )
@@ -238,12 +243,25 @@ type stateCollector struct {
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{operationsDesc, stalledDesc, bytesDoneDesc, bytesTotalDesc, scrapeErrorsDesc} {
+	for _, d := range []*prometheus.Desc{operationsDesc, stalledDesc, waitingDesc, bytesDoneDesc, bytesTotalDesc, scrapeErrorsDesc} {
 		ch <- d
 	}
 }
 
 type pluginKey struct{ kind, plugin string }
+
+type causeKey struct {
+	pluginKey
+	cause string
+}
+
+// dataMoverCauses are the causes an operation of Velero's data mover can
+// wait on; every other plugin's operations wait on NoProgress only.
+var dataMoverCauses = []string{
+	itemopsv1alpha1.WaitingSnapshotNotReady, itemopsv1alpha1.WaitingSnapshotFailed, itemopsv1alpha1.WaitingVolumeNotProvisioned,
+	itemopsv1alpha1.WaitingPodUnschedulable, itemopsv1alpha1.WaitingPodNotRunning, itemopsv1alpha1.WaitingNoNodeAgent,
+	itemopsv1alpha1.WaitingNodeAgentBusy, itemopsv1alpha1.WaitingRepositoryNotReady, itemopsv1alpha1.WaitingNoProgress,
+}
 
 type phaseKey struct {
 	pluginKey
@@ -267,6 +285,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(scrapeErrorsDesc, prometheus.GaugeValue, 0)
 	phases := map[phaseKey]float64{}
 	stalled := map[pluginKey]float64{}
+	waiting := map[causeKey]float64{}
 	done := map[pluginKey]float64{}
 	total := map[pluginKey]float64{}
 	for i := range list.Items {
@@ -280,6 +299,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		// Every plugin with operations has the unfinished gauges, at 0 once
 		// all have ended: a dashboard then shows 0, not "no data".
 		stalled[pk] += 0
+		causes := []string{itemopsv1alpha1.WaitingNoProgress}
+		if why.IsDataMover(op) {
+			causes = dataMoverCauses
+		}
+		for _, cause := range causes {
+			waiting[causeKey{pk, cause}] += 0
+		}
 		bytes := progress.IsBytes(op.Status.OperationUnits)
 		if bytes {
 			done[pk] += 0
@@ -291,6 +317,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if meta.IsStatusConditionTrue(op.Status.Conditions, itemopsv1alpha1.ConditionStalled) {
 			stalled[pk]++
 		}
+		if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionWaiting); c != nil && c.Status == metav1.ConditionTrue {
+			waiting[causeKey{pk, c.Reason}]++
+		}
 		if bytes {
 			done[pk] += float64(op.Status.NCompleted)
 			total[pk] += float64(op.Status.NTotal)
@@ -301,6 +330,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, v := range stalled {
 		ch <- prometheus.MustNewConstMetric(stalledDesc, prometheus.GaugeValue, v, k.kind, k.plugin)
+	}
+	for k, v := range waiting {
+		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, v, k.kind, k.plugin, k.cause)
 	}
 	for k, v := range done {
 		ch <- prometheus.MustNewConstMetric(bytesDoneDesc, prometheus.GaugeValue, v, k.kind, k.plugin)

@@ -53,7 +53,10 @@ func TestStateIsComputedFromTheOperations(t *testing.T) {
 	if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	stalled := []metav1.Condition{{Type: itemopsv1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "NoProgress"}}
+	stalled := []metav1.Condition{{Type: itemopsv1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "NoProgress"},
+		{Type: itemopsv1alpha1.ConditionWaiting, Status: metav1.ConditionTrue, Reason: itemopsv1alpha1.WaitingNoProgress}}
+	busy := []metav1.Condition{{Type: itemopsv1alpha1.ConditionWaiting, Status: metav1.ConditionTrue, Reason: itemopsv1alpha1.WaitingNodeAgentBusy}}
+	waited := []metav1.Condition{{Type: itemopsv1alpha1.ConditionWaiting, Status: metav1.ConditionFalse, Reason: itemopsv1alpha1.ReasonNotWaiting}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
 		operation("a", "velero", itemopsv1alpha1.PluginKindBackupItemAction, "example.io/mover",
 			itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress, NCompleted: 10, NTotal: 100, OperationUnits: "Bytes"}),
@@ -66,6 +69,11 @@ func TestStateIsComputedFromTheOperations(t *testing.T) {
 		// Every operation of this plugin has ended: its gauges are 0.
 		operation("f", "velero", itemopsv1alpha1.PluginKindBackupItemAction, "example.io/done",
 			itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseCompleted, NCompleted: 9, NTotal: 9, OperationUnits: "Bytes"}),
+		// Velero's data mover: one waits its turn, one waited and runs.
+		operation("g", "velero", itemopsv1alpha1.PluginKindBackupItemAction, "velero.io/csi-pvc-backupper",
+			itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseNew, Conditions: busy}),
+		operation("h", "velero", itemopsv1alpha1.PluginKindBackupItemAction, "velero.io/csi-pvc-backupper",
+			itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress, Conditions: waited}),
 		// Another namespace is not this installation's.
 		operation("e", "other", itemopsv1alpha1.PluginKindBackupItemAction, "example.io/mover",
 			itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseFailed}),
@@ -78,11 +86,28 @@ itemops_operations{parent_kind="Backup",phase="Completed",plugin="example.io/don
 itemops_operations{parent_kind="Backup",phase="Completed",plugin="example.io/mover",plugin_kind="BackupItemAction"} 1
 itemops_operations{parent_kind="Backup",phase="InProgress",plugin="example.io/mover",plugin_kind="BackupItemAction"} 2
 itemops_operations{parent_kind="Backup",phase="New",plugin="example.io/disks",plugin_kind="VolumeSnapshotter"} 1
+itemops_operations{parent_kind="Backup",phase="InProgress",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 1
+itemops_operations{parent_kind="Backup",phase="New",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 1
 # HELP itemops_operations_stalled Unfinished ItemOperations whose progress has not moved for the stall period (condition Stalled=True), by plugin.
 # TYPE itemops_operations_stalled gauge
 itemops_operations_stalled{plugin="example.io/disks",plugin_kind="VolumeSnapshotter"} 0
 itemops_operations_stalled{plugin="example.io/done",plugin_kind="BackupItemAction"} 0
 itemops_operations_stalled{plugin="example.io/mover",plugin_kind="BackupItemAction"} 1
+itemops_operations_stalled{plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+# HELP itemops_operations_waiting Unfinished ItemOperations waiting on a cause (condition Waiting=True), by plugin and cause (its reason).
+# TYPE itemops_operations_waiting gauge
+itemops_operations_waiting{cause="NoProgress",plugin="example.io/disks",plugin_kind="VolumeSnapshotter"} 0
+itemops_operations_waiting{cause="NoProgress",plugin="example.io/done",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="NoProgress",plugin="example.io/mover",plugin_kind="BackupItemAction"} 1
+itemops_operations_waiting{cause="NoNodeAgent",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="NoProgress",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="NodeAgentBusy",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 1
+itemops_operations_waiting{cause="PodNotRunning",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="PodUnschedulable",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="RepositoryNotReady",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="SnapshotFailed",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="SnapshotNotReady",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="VolumeNotProvisioned",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
 # HELP itemops_operation_bytes_done Bytes moved so far by unfinished operations that count in bytes, by plugin.
 # TYPE itemops_operation_bytes_done gauge
 itemops_operation_bytes_done{plugin="example.io/done",plugin_kind="BackupItemAction"} 0

@@ -43,6 +43,8 @@ type Operation struct {
 	Error           string
 	Stalled         bool
 	CancelRequested bool
+	// WaitingFor is why it does not move (status.waitingFor); empty while it moves.
+	WaitingFor string
 }
 
 // Finished reports whether the operation's phase is terminal.
@@ -106,10 +108,15 @@ func row(op *itemopsv1alpha1.ItemOperation) Operation {
 		CancelRequested: op.Spec.Cancel}
 	if !phase.IsTerminal() {
 		o.Stalled = stalled(op)
+		o.WaitingFor = Printable(st.WaitingFor)
 		if st.EstimatedCompletion != nil {
 			o.ETA = st.EstimatedCompletion.Time
 		}
-		if at, ok := measuredAt(op); ok && st.NCompleted > 0 {
+		switch at, ok := measuredAt(op); {
+		case st.Throughput != "":
+			// itemops' own rate over the last minute.
+			o.Rate = float64(st.UnitsPerSecond)
+		case ok && st.NCompleted > 0:
 			o.Rate = float64(st.NCompleted) / at.Sub(st.Started.Time).Seconds()
 		}
 	}

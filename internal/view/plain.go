@@ -56,7 +56,7 @@ func (p *Plain) Show(s Snapshot) error {
 	// A line for the parent when its phase or counts change, not for every
 	// byte its operations move (their own lines say that); the end line says
 	// the last phase.
-	key := fmt.Sprintf("%s|%d|%d|%d|%d", sum.Phase, sum.Total, sum.Completed, sum.Failed, sum.Stalled)
+	key := fmt.Sprintf("%s|%d|%d|%d|%d|%s", sum.Phase, sum.Total, sum.Completed, sum.Failed, sum.Stalled, sum.WaitingString())
 	if key != p.parent && !ended {
 		p.parent = key
 		fmt.Fprintf(&b, "%s %s %s\n", stamp, s.Parent, parentLine(sum, now))
@@ -100,6 +100,9 @@ func parentLine(sum Summary, now time.Time) string {
 	if sum.Stalled > 0 {
 		parts = append(parts, fmt.Sprintf("%d stalled", sum.Stalled))
 	}
+	if w := sum.WaitingString(); w != "" {
+		parts = append(parts, "waiting for "+w)
+	}
 	for _, a := range sum.Amounts {
 		parts = append(parts, a.String())
 	}
@@ -111,7 +114,7 @@ func parentLine(sum Summary, now time.Time) string {
 
 // opKey is what makes a new line for an operation worth printing.
 func opKey(o Operation) string {
-	return fmt.Sprintf("%s|%d|%d|%s|%s|%t|%t", o.Phase, o.Done, o.Total, o.Units, o.Error, o.Stalled, o.CancelRequested)
+	return fmt.Sprintf("%s|%d|%d|%s|%s|%t|%t|%s", o.Phase, o.Done, o.Total, o.Units, o.Error, o.Stalled, o.CancelRequested, o.WaitingFor)
 }
 
 // opLine is an operation's item, plugin, phase, amount, rate and ETA.
@@ -128,6 +131,9 @@ func opLine(o Operation, now time.Time) string {
 	}
 	if o.Stalled {
 		parts = append(parts, "stalled")
+	}
+	if o.WaitingFor != "" {
+		parts = append(parts, "waiting for "+o.WaitingFor)
 	}
 	if o.CancelRequested && !o.Finished() {
 		parts = append(parts, "cancel requested")

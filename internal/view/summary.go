@@ -24,6 +24,7 @@ import (
 	"time"
 
 	meta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -55,6 +56,8 @@ type Snapshot struct {
 	// Attempted is how many operations Velero counted for the parent; it may
 	// be ahead of the ItemOperations while itemops is still reading them.
 	Attempted int
+	// QueuePosition is a Queued Backup's place in Velero's queue (v1.18).
+	QueuePosition int
 	// Operations are the parent's ItemOperations (its UID, not only its name).
 	Operations []itemopsv1alpha1.ItemOperation
 }
@@ -63,7 +66,7 @@ type Snapshot struct {
 func BackupSnapshot(b *velerov1api.Backup, ops []itemopsv1alpha1.ItemOperation) Snapshot {
 	s := Snapshot{Parent: Parent{Kind: itemopsv1alpha1.ParentKindBackup, Namespace: b.Namespace, Name: b.Name},
 		Found: true, UID: b.UID, Phase: string(b.Status.Phase), Created: b.CreationTimestamp.Time,
-		Attempted: b.Status.BackupItemOperationsAttempted}
+		Attempted: b.Status.BackupItemOperationsAttempted, QueuePosition: b.Status.QueuePosition}
 	s.Operations = ownedBy(s.Parent, b.UID, ops)
 	return s
 }
@@ -127,6 +130,17 @@ type Summary struct {
 	Failed  int
 	Running int
 	Stalled int
+	// Waiting counts the unfinished operations by what they wait for
+	// (status.waitingFor).
+	Waiting map[string]int
+	// QueuePosition is a Queued Backup's place in Velero's queue.
+	QueuePosition int
+	// Rate is how many bytes a second the unfinished operations that count
+	// bytes move together, over about the last minute.
+	Rate float64
+	// Started is when the first operation started, and Ended when the last
+	// one ended (zero while one runs): the time the operations took.
+	Started, Ended time.Time
 	// Amounts are the work done and to do, by unit, bytes first.
 	Amounts []Amount
 	// Fraction is how much of the whole is done, from 0 to 1.
@@ -148,7 +162,11 @@ type Summary struct {
 // operation has ended.
 func Summarize(s Snapshot) Summary {
 	sum := Summary{Parent: s.Parent, Found: s.Found, UID: s.UID, Phase: s.Phase, Created: s.Created,
-		Total: max(len(s.Operations), s.Attempted)}
+		Total: max(len(s.Operations), s.Attempted), QueuePosition: s.QueuePosition}
+	if s.Phase == string(velerov1api.BackupPhaseQueued) && s.Parent.Kind == itemopsv1alpha1.ParentKindBackup {
+		sum.Waiting = map[string]int{string(velerov1api.BackupPhaseQueued): 1}
+	}
+	running := false
 	amounts := map[string]*Amount{}
 	allBytes := len(s.Operations) > 0
 	var doneBytes, totalBytes int64
@@ -158,6 +176,16 @@ func Summarize(s Snapshot) Summary {
 		op := &s.Operations[i]
 		st := op.Status
 		plugins[Printable(op.Spec.Plugin.Name)] = true
+		began := st.Created
+		if st.Started != nil {
+			began = st.Started
+		}
+		if began != nil && (sum.Started.IsZero() || began.Before(&metav1.Time{Time: sum.Started})) {
+			sum.Started = began.Time
+		}
+		if st.CompletionTimestamp != nil && st.CompletionTimestamp.After(sum.Ended) {
+			sum.Ended = st.CompletionTimestamp.Time
+		}
 		switch st.Phase {
 		case itemopsv1alpha1.OperationPhaseCompleted:
 			sum.Completed++
@@ -168,8 +196,18 @@ func Summarize(s Snapshot) Summary {
 			}
 		default:
 			sum.Running++
+			running = true
 			if stalled(op) {
 				sum.Stalled++
+			}
+			if w := Printable(st.WaitingFor); w != "" {
+				if sum.Waiting == nil {
+					sum.Waiting = map[string]int{}
+				}
+				sum.Waiting[w]++
+			}
+			if st.Throughput != "" && progress.IsBytes(st.OperationUnits) {
+				sum.Rate += float64(st.UnitsPerSecond)
 			}
 			if st.EstimatedCompletion != nil && st.EstimatedCompletion.After(sum.ETA) {
 				sum.ETA = st.EstimatedCompletion.Time
@@ -195,6 +233,9 @@ func Summarize(s Snapshot) Summary {
 			}
 		}
 		fractions += fraction(op)
+	}
+	if running || len(s.Operations) < sum.Total {
+		sum.Ended = time.Time{}
 	}
 	switch {
 	case allBytes && totalBytes > 0:
@@ -300,4 +341,44 @@ func Ended(s Snapshot) (code int, ended bool) {
 		return ExitGone, true
 	}
 	return 0, false
+}
+
+// WaitingString is what a summary's unfinished operations wait for, each
+// cause with its count when more than one: "NodeAgentBusy×2, NoProgress";
+// a Queued Backup's place in Velero's queue: "Queued (#3)".
+func (s Summary) WaitingString() string {
+	var causes []string
+	for cause := range s.Waiting {
+		causes = append(causes, cause)
+	}
+	slices.Sort(causes)
+	for i, cause := range causes {
+		switch {
+		case cause == string(velerov1api.BackupPhaseQueued) && s.QueuePosition > 0:
+			causes[i] = fmt.Sprintf("%s (#%d)", cause, s.QueuePosition)
+		case s.Waiting[cause] > 1:
+			causes[i] = fmt.Sprintf("%s×%d", cause, s.Waiting[cause])
+		}
+	}
+	return strings.Join(causes, ", ")
+}
+
+// RateString is the summary's rate in bytes a second, "" when none is known.
+func (s Summary) RateString() string {
+	if s.Rate <= 0 {
+		return ""
+	}
+	return progress.FormatRate(s.Rate, "bytes")
+}
+
+// Elapsed is how long the operations have run, to now or to the last end.
+func (s Summary) Elapsed(now time.Time) time.Duration {
+	if s.Started.IsZero() {
+		return 0
+	}
+	end := now
+	if !s.Ended.IsZero() {
+		end = s.Ended
+	}
+	return max(end.Sub(s.Started), 0)
 }

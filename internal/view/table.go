@@ -52,6 +52,9 @@ var summaryColumns = []metav1.TableColumnDefinition{
 	{Name: "Progress", Type: "string", Description: "Overall progress"},
 	{Name: "ETA", Type: "string", Description: "Time until the last unfinished operation's estimated completion"},
 	{Name: "Stalled", Type: "integer", Description: "Unfinished operations without progress for the stall period"},
+	{Name: "Waiting For", Type: "string", Description: "What unfinished operations wait for, by cause (kubectl itemops why tells more); a Queued Backup's place in Velero's queue"},
+	{Name: "Rate", Type: "string", Description: "Bytes a second the unfinished operations move together, over about the last minute"},
+	{Name: "Elapsed", Type: "string", Description: "Time since the first operation started, to now or to the last one's end"},
 	{Name: "Age", Type: "string", Description: "Time since the parent was created"},
 	{Name: "Running", Type: "integer", Priority: 1, Description: "Operations not finished"},
 	{Name: "Plugins", Type: "string", Priority: 1, Description: "Plugins that started the operations"},
@@ -73,11 +76,19 @@ func SummaryTable(sums []Summary, now time.Time, kinds bool) *metav1.Table {
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
 			name, orNone(s.Phase), int64(s.Completed), int64(s.Failed), int64(s.Total),
 			orNone(strings.Join(moved, ", ")), fmt.Sprintf("%d%%", int(s.Fraction*100)),
-			orNone(ETAString(s.ETA, now)), int64(s.Stalled), duration.HumanDuration(now.Sub(s.Created)),
+			orNone(ETAString(s.ETA, now)), int64(s.Stalled), orNone(s.WaitingString()), orNone(s.RateString()),
+			orNone(elapsedString(s, now)), duration.HumanDuration(now.Sub(s.Created)),
 			int64(s.Running), orNone(strings.Join(s.Plugins, ",")),
 		}})
 	}
 	return t
+}
+
+func elapsedString(s Summary, now time.Time) string {
+	if s.Started.IsZero() {
+		return ""
+	}
+	return duration.HumanDuration(s.Elapsed(now))
 }
 
 func orNone(s string) string {
@@ -121,6 +132,13 @@ type summaryJSON struct {
 	// NotDurable are the PersistentVolumes whose native snapshot did not
 	// become durable.
 	NotDurable []string `json:"notDurableSnapshots,omitempty"`
+	// QueuePosition is a Queued Backup's place in Velero's queue.
+	QueuePosition int `json:"queuePosition,omitempty"`
+	// BytesPerSecond is what the unfinished operations move together.
+	BytesPerSecond int64 `json:"bytesPerSecond,omitempty"`
+	// ElapsedSeconds is the time since the first operation started, to
+	// now or to the last one's end.
+	ElapsedSeconds int64 `json:"elapsedSeconds,omitempty"`
 }
 
 // summaryMeta is an OperationsSummary's metadata: its parent's name,
@@ -144,6 +162,8 @@ type summaryOperations struct {
 	Failed    int `json:"failed"`
 	Running   int `json:"running"`
 	Stalled   int `json:"stalled"`
+	// Waiting counts the unfinished operations by what they wait for.
+	Waiting map[string]int `json:"waiting,omitempty"`
 }
 
 type summaryAmount struct {
@@ -158,16 +178,21 @@ func summaryObject(s Summary) (*unstructured.Unstructured, error) {
 		Metadata: summaryMeta{Name: s.Parent.Name, Namespace: s.Parent.Namespace, CreationTimestamp: metav1.Time{Time: s.Created}},
 		Parent:   summaryParent{Kind: s.Parent.Kind, Name: s.Parent.Name, UID: string(s.UID), Phase: s.Phase},
 		Operations: summaryOperations{Total: s.Total, Completed: s.Completed, Failed: s.Failed,
-			Running: s.Running, Stalled: s.Stalled},
-		Percent:    int(s.Fraction * 100),
-		Plugins:    s.Plugins,
-		NotDurable: s.NotDurable,
+			Running: s.Running, Stalled: s.Stalled, Waiting: s.Waiting},
+		QueuePosition:  s.QueuePosition,
+		BytesPerSecond: int64(s.Rate + 0.5),
+		Percent:        int(s.Fraction * 100),
+		Plugins:        s.Plugins,
+		NotDurable:     s.NotDurable,
 	}
 	for _, a := range s.Amounts {
 		j.Amounts = append(j.Amounts, summaryAmount(a))
 	}
 	if !s.ETA.IsZero() {
 		j.EstimatedCompletion = &metav1.Time{Time: s.ETA}
+	}
+	if !s.Ended.IsZero() {
+		j.ElapsedSeconds = int64(s.Elapsed(s.Ended).Seconds())
 	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&j)
 	if err != nil {

@@ -185,6 +185,9 @@ func (m *live) View() string {
 	if sum.Stalled > 0 {
 		head += fmt.Sprintf(", %d stalled", sum.Stalled)
 	}
+	if w := sum.WaitingString(); w != "" {
+		head += ", waiting for " + w
+	}
 	add(head)
 	overall := overallFraction(sum, rows, s)
 	var amounts []string
@@ -212,6 +215,8 @@ func (m *live) View() string {
 			c.eta = "ETA " + eta
 		}
 		switch {
+		case o.WaitingFor != "":
+			c.note = "waiting: " + o.WaitingFor
 		case o.Stalled:
 			c.note = "stalled"
 		case o.CancelRequested && !o.Finished():

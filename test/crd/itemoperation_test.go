@@ -390,10 +390,14 @@ var _ = Describe("The ItemOperation CRD", func() {
 		op.Labels = map[string]string{"test": "columns"}
 		g.Expect(env.Client.Create(ctx, op)).To(Succeed())
 		eta := metav1.NewTime(time.Date(2026, 11, 22, 21, 4, 5, 0, time.UTC))
+		started := metav1.NewTime(time.Now().Add(-10*time.Minute - 30*time.Second))
 		op.Status = itemopsv1alpha1.ItemOperationStatus{
 			Phase:               itemopsv1alpha1.OperationPhaseInProgress,
 			Progress:            "4.2Gi/10Gi (42%)",
 			EstimatedCompletion: &eta,
+			Started:             &started,
+			WaitingFor:          itemopsv1alpha1.WaitingNodeAgentBusy,
+			Throughput:          "12.5MiB/s",
 		}
 		g.Expect(env.Client.Status().Update(ctx, op)).To(Succeed())
 
@@ -421,19 +425,22 @@ var _ = Describe("The ItemOperation CRD", func() {
 		}
 		g.Expect(columns).To(Equal([]column{
 			{"Name", 0}, {"Parent", 0}, {"Plugin", 0}, {"Phase", 0}, {"Progress", 0}, {"Age", 0},
-			{"ETA", 1}, {"Operation ID", 1},
+			{"Waiting For", 1}, {"Elapsed", 1}, {"Rate", 1}, {"ETA", 1}, {"Operation ID", 1},
 		}))
 		g.Expect(table.Rows).To(HaveLen(1))
 		cells := table.Rows[0].Cells
-		g.Expect(cells).To(HaveLen(8))
+		g.Expect(cells).To(HaveLen(11))
 		g.Expect(cells[0]).To(Equal(op.Name))
 		g.Expect(cells[1]).To(Equal("nightly"))
 		g.Expect(cells[2]).To(Equal("velero.io/csi-pvc-backupper"))
 		g.Expect(cells[3]).To(Equal("InProgress"))
 		g.Expect(cells[4]).To(Equal("4.2Gi/10Gi (42%)"))
 		g.Expect(cells[5]).To(MatchRegexp(`^\d+s$`))
-		g.Expect(cells[6]).To(Equal("2026-11-22T21:04:05Z"))
-		g.Expect(cells[7]).To(Equal(op.Spec.OperationID))
+		g.Expect(cells[6]).To(Equal(itemopsv1alpha1.WaitingNodeAgentBusy))
+		g.Expect(cells[7]).To(Equal("10m"))
+		g.Expect(cells[8]).To(Equal("12.5MiB/s"))
+		g.Expect(cells[9]).To(Equal("2026-11-22T21:04:05Z"))
+		g.Expect(cells[10]).To(Equal(op.Spec.OperationID))
 	})
 
 	It("short name and categories", func() {

@@ -190,7 +190,7 @@ func (c *Cluster) RestartNodeAgent(ctx context.Context) (int, error) {
 }
 
 // nodeAgent creates the node-agent DaemonSet with one ready pod, which is
-// what Velero checks before it moves data (pkg/nodeagent).
+// what Velero checks before it moves data (pkg/nodeagent), and that pod.
 func (c *Cluster) nodeAgent(ctx context.Context) error {
 	labels := map[string]string{"name": "node-agent"}
 	ds := &appsv1.DaemonSet{
@@ -208,7 +208,22 @@ func (c *Cluster) nodeAgent(ctx context.Context) error {
 	}
 	patch := client.MergeFrom(ds.DeepCopy())
 	ds.Status = appsv1.DaemonSetStatus{CurrentNumberScheduled: 1, DesiredNumberScheduled: 1, NumberReady: 1, NumberAvailable: 1, UpdatedNumberScheduled: 1}
-	return c.Client.Status().Patch(ctx, ds, patch)
+	if err := c.Client.Status().Patch(ctx, ds, patch); err != nil {
+		return fmt.Errorf("reporting the node-agent DaemonSet ready: %w", err)
+	}
+	// Its one pod, running on the node, labelled as velero install labels
+	// it: what tells which nodes node-agent runs on.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-agent-" + c.node(), Namespace: c.Namespace,
+			Labels: map[string]string{"name": "node-agent", "role": "node-agent"}},
+		Spec: corev1.PodSpec{NodeName: c.node(), Containers: ds.Spec.Template.Spec.Containers},
+	}
+	if err := c.Client.Create(ctx, pod); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating node-agent's pod: %w", err)
+	}
+	podPatch := client.MergeFrom(pod.DeepCopy())
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	return c.Client.Status().Patch(ctx, pod, podPatch)
 }
 
 // snapshots binds every new VolumeSnapshot to a ready content, as the CSI

@@ -1,0 +1,208 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package cli
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/view"
+)
+
+func newWhyCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "why backup|restore NAME",
+		Short: "Explain what a Backup or Restore waits for: each waiting operation, its cause, the evidence and what to do",
+		Long: `why explains a Backup or Restore that does not end: for each unfinished
+operation, what holds it (the cause itemops found from the plugin and, for
+Velero's data mover, from the DataUpload or DataDownload, its pod, volume and
+snapshot, node-agent and the BackupRepository), what the cluster says, and
+what to do; failed operations with their error; a Backup still in Velero's
+queue with the Backups ahead of it. Causes are those of the Waiting
+condition of ItemOperations (docs/velero.md, "When an operation waits").`,
+		Example: `  # Why is tonight's backup still WaitingForPluginOperations?
+  kubectl itemops why backup nightly-20261122`,
+		Args:              cobra.ExactArgs(2),
+		ValidArgsFunction: o.completeKindAndName(false),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, err := parentKind(args[0])
+			if err != nil {
+				return err
+			}
+			c, err := o.client()
+			if err != nil {
+				return err
+			}
+			s, err := view.Read(cmd.Context(), c, view.Parent{Kind: kind, Namespace: o.namespace(), Name: args[1]})
+			if err != nil {
+				return err
+			}
+			if !s.Found {
+				return apierrors.NewNotFound(groupResource(kind), args[1])
+			}
+			var queue []velerov1api.Backup
+			if kind == itemopsv1alpha1.ParentKindBackup && s.Phase == string(velerov1api.BackupPhaseQueued) {
+				if queue, err = backupsInQueue(cmd.Context(), c, o.namespace()); err != nil {
+					return err
+				}
+			}
+			explain(o.streams.Out, s, queue)
+			return nil
+		},
+	}
+}
+
+// backupsInQueue are the Backups that Velero's queue holds or runs.
+func backupsInQueue(ctx context.Context, c client.Client, namespace string) ([]velerov1api.Backup, error) {
+	var backups []velerov1api.Backup
+	err := listAll(ctx, c, namespace, &velerov1api.BackupList{}, func(l client.ObjectList) {
+		for _, b := range l.(*velerov1api.BackupList).Items {
+			switch b.Status.Phase {
+			case velerov1api.BackupPhaseQueued, velerov1api.BackupPhaseReadyToStart, velerov1api.BackupPhaseInProgress:
+				backups = append(backups, b)
+			}
+		}
+	})
+	return backups, err
+}
+
+// explain writes why the parent of s waits; queue are the Backups Velero's
+// queue holds or runs, for a Queued Backup.
+func explain(w io.Writer, s view.Snapshot, queue []velerov1api.Backup) {
+	sum := view.Summarize(s)
+	phase := cmp.Or(s.Phase, "New")
+	fmt.Fprintf(w, "%s %s/%s is %s: %d operation(s), %d completed, %d failed, %d unfinished",
+		s.Parent.Kind, s.Parent.Namespace, s.Parent.Name, phase, sum.Total, sum.Completed, sum.Failed, sum.Running)
+	if waiting := sum.WaitingString(); waiting != "" && phase != string(velerov1api.BackupPhaseQueued) {
+		fmt.Fprintf(w, ", waiting for %s", waiting)
+	}
+	fmt.Fprintln(w, ".")
+
+	switch velerov1api.BackupPhase(phase) {
+	case velerov1api.BackupPhaseQueued:
+		explainQueued(w, s, queue)
+	case velerov1api.BackupPhaseReadyToStart:
+		fmt.Fprintln(w, "\nVelero has taken it from its queue; its backup controller starts it next. If it stays so, check that velero server runs:\n  kubectl -n "+
+			s.Parent.Namespace+" logs deploy/velero")
+	}
+
+	listed := 0
+	for i := range s.Operations {
+		op := &s.Operations[i]
+		if op.Status.Phase == itemopsv1alpha1.OperationPhaseCompleted {
+			continue
+		}
+		listed++
+		fmt.Fprintf(w, "\n%s\n", operationHeading(op))
+		for _, line := range operationReasons(op) {
+			fmt.Fprintf(w, "  %s\n", line)
+		}
+	}
+	if missing := sum.Total - len(s.Operations); missing > 0 {
+		fmt.Fprintf(w, "\n%d operation(s) Velero counted are not ItemOperations yet: itemops creates them once Velero has uploaded the operations file.\n", missing)
+	}
+	if listed == 0 && sum.Running == 0 && sum.Total > 0 {
+		fmt.Fprintln(w, "\nEvery operation has completed.")
+	}
+}
+
+func explainQueued(w io.Writer, s view.Snapshot, queue []velerov1api.Backup) {
+	var ahead, running []string
+	slices.SortFunc(queue, func(a, b velerov1api.Backup) int {
+		return cmp.Or(cmp.Compare(a.Status.QueuePosition, b.Status.QueuePosition), a.CreationTimestamp.Compare(b.CreationTimestamp.Time))
+	})
+	for _, b := range queue {
+		switch {
+		case b.Name == s.Parent.Name:
+		case b.Status.Phase == velerov1api.BackupPhaseQueued && b.Status.QueuePosition < s.QueuePosition:
+			ahead = append(ahead, fmt.Sprintf("%s (#%d)", b.Name, b.Status.QueuePosition))
+		case b.Status.Phase != velerov1api.BackupPhaseQueued:
+			running = append(running, fmt.Sprintf("%s (%s)", b.Name, b.Status.Phase))
+		}
+	}
+	fmt.Fprintf(w, "\nwaiting for Queued: it is #%d in Velero's backup queue", s.QueuePosition)
+	if len(ahead) > 0 {
+		fmt.Fprintf(w, ", behind %s", strings.Join(ahead, ", "))
+	}
+	if len(running) > 0 {
+		fmt.Fprintf(w, "; running now: %s", strings.Join(running, ", "))
+	}
+	fmt.Fprintln(w, ".")
+	fmt.Fprintln(w, "  It starts when Velero may run one more backup (velero server's --concurrent-backups) and no running backup "+
+		"includes one of its namespaces. Its operations appear once it runs.")
+}
+
+// operationHeading is one line naming an operation: name, item, plugin,
+// phase, progress and rate.
+func operationHeading(op *itemopsv1alpha1.ItemOperation) string {
+	st := op.Status
+	parts := []string{fmt.Sprintf("%s (%s, %s)", op.Name, view.Printable(itemOf(op)), view.Printable(op.Spec.Plugin.Name)),
+		string(cmp.Or(st.Phase, itemopsv1alpha1.OperationPhaseNew))}
+	if st.Progress != "" {
+		parts = append(parts, view.Printable(st.Progress))
+	}
+	if st.Throughput != "" && !st.Phase.IsTerminal() {
+		parts = append(parts, view.Printable(st.Throughput))
+	}
+	return strings.Join(parts, "  ")
+}
+
+func itemOf(op *itemopsv1alpha1.ItemOperation) string {
+	if op.Spec.Resource.Namespace == "" {
+		return op.Spec.Resource.Name
+	}
+	return op.Spec.Resource.Namespace + "/" + op.Spec.Resource.Name
+}
+
+// operationReasons are the lines that say why an operation is where it is.
+func operationReasons(op *itemopsv1alpha1.ItemOperation) []string {
+	st := op.Status
+	if st.Phase.IsTerminal() {
+		return []string{fmt.Sprintf("%s: %s", strings.ToLower(string(st.Phase)), view.Printable(cmp.Or(st.Error, "no error recorded")))}
+	}
+	var lines []string
+	if c := meta.FindStatusCondition(st.Conditions, itemopsv1alpha1.ConditionWaiting); c != nil && c.Status == metav1.ConditionTrue {
+		lines = append(lines, fmt.Sprintf("waiting for %s: %s", c.Reason, view.Printable(c.Message)))
+	}
+	if c := meta.FindStatusCondition(st.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil && c.Status == metav1.ConditionFalse {
+		lines = append(lines, fmt.Sprintf("progress cannot be read (%s): %s", c.Reason, view.Printable(c.Message)))
+	}
+	if op.Spec.Cancel {
+		lines = append(lines, "cancel requested: itemops has asked the plugin to cancel it")
+	}
+	if len(lines) == 0 {
+		if st.Description != "" {
+			lines = append(lines, "moving; the plugin says: "+view.Printable(st.Description))
+		} else {
+			lines = append(lines, "moving: nothing holds it that itemops can see")
+		}
+	}
+	return lines
+}

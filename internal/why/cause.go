@@ -1,0 +1,353 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package why
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+)
+
+// Cause is why an operation waits: a reason (one of the Waiting reasons of
+// itemopsv1alpha1), what the cluster says, and what an administrator can do.
+type Cause struct {
+	Reason   string
+	Evidence string
+	Action   string
+}
+
+// Message is the Waiting condition's message: the evidence, then what to do.
+func (c Cause) Message() string {
+	if c.Action == "" {
+		return c.Evidence
+	}
+	return c.Evidence + ". " + c.Action
+}
+
+// Data movement phases, shared by DataUploads and DataDownloads.
+const (
+	phaseNew        = "New"
+	phaseAccepted   = "Accepted"
+	phasePrepared   = "Prepared"
+	phaseInProgress = "InProgress"
+)
+
+// Movement is what the cluster says about one data movement of Velero's
+// data mover: the DataUpload or DataDownload and what it depends on. A nil
+// object was not found (or not read: it did not matter in that phase).
+type Movement struct {
+	// Kind is DataUpload or DataDownload; Namespace is Velero's.
+	Kind, Namespace, Name string
+	Phase                 string
+	// Node is where the data path runs (status.node), AcceptedBy the
+	// node-agent that exposes it (status.acceptedByNode).
+	Node, AcceptedBy string
+
+	// Snapshot is the VolumeSnapshot a DataUpload reads: the one in the
+	// source namespace while it is exposed, or the copy in Velero's
+	// namespace.
+	Snapshot *snapshotv1.VolumeSnapshot
+	// Volume is the exposed PersistentVolumeClaim (in Velero's namespace,
+	// named after the movement), and VolumeEvents the Warning Events of it.
+	Volume       *corev1.PersistentVolumeClaim
+	VolumeEvents []corev1.Event
+	// Pod is the data mover's backup or restore pod, named after the movement.
+	Pod *corev1.Pod
+
+	// NodeAgentPods are the pods of node-agent (label role=node-agent).
+	NodeAgentPods []corev1.Pod
+	// Concurrency is node-agent's loadConcurrency on Node (1 when its
+	// ConfigMap says nothing), and Running the data movements, by kind/name,
+	// InProgress on Node besides this one.
+	Concurrency int
+	Running     []string
+
+	// Repository is the BackupRepository the data moves through, once the
+	// transfer starts.
+	Repository *velerov1api.BackupRepository
+}
+
+// Diagnose is the cause a data movement waits on, or nil when nothing
+// holds it (it runs, or ended, or waits on nothing itemops can name).
+func Diagnose(m Movement) *Cause {
+	switch m.Phase {
+	case "", phaseNew:
+		if !anyNodeAgentRunning(m.NodeAgentPods) {
+			return noNodeAgent(m, "")
+		}
+	case phaseAccepted:
+		if c := snapshotCause(m); c != nil {
+			return c
+		}
+		if c := volumeCause(m); c != nil {
+			return c
+		}
+		if c := podCause(m); c != nil {
+			return c
+		}
+		if m.Pod != nil && m.Pod.Spec.NodeName != "" && !nodeAgentRunningOn(m.NodeAgentPods, m.Pod.Spec.NodeName) {
+			return noNodeAgent(m, m.Pod.Spec.NodeName)
+		}
+	case phasePrepared:
+		if m.Node != "" && !nodeAgentRunningOn(m.NodeAgentPods, m.Node) {
+			return noNodeAgent(m, m.Node)
+		}
+		if m.Concurrency > 0 && len(m.Running) >= m.Concurrency {
+			ahead := append([]string(nil), m.Running...)
+			sort.Strings(ahead)
+			return &Cause{
+				Reason: itemopsv1alpha1.WaitingNodeAgentBusy,
+				Evidence: fmt.Sprintf("%s %s is Prepared on node %s, which already runs node-agent's loadConcurrency of %d data path(s): %d ahead (%s)",
+					m.Kind, m.Name, m.Node, m.Concurrency, len(ahead), strings.Join(ahead, ", ")),
+				Action: "It starts when one of them ends. To run more at once, raise loadConcurrency in node-agent's ConfigMap " +
+					"(--node-agent-configmap) and restart node-agent, which reads it at start",
+			}
+		}
+	case phaseInProgress:
+		if c := repositoryCause(m); c != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+func snapshotCause(m Movement) *Cause {
+	vs := m.Snapshot
+	if vs == nil {
+		return nil
+	}
+	where := vs.Namespace + "/" + vs.Name
+	if vs.Status != nil && vs.Status.Error != nil && vs.Status.Error.Message != nil && *vs.Status.Error.Message != "" {
+		return &Cause{
+			Reason:   itemopsv1alpha1.WaitingSnapshotFailed,
+			Evidence: fmt.Sprintf("VolumeSnapshot %s of %s %s failed: %s", where, m.Kind, m.Name, *vs.Status.Error.Message),
+			Action: fmt.Sprintf("Fix what the CSI driver reports (kubectl -n %s describe volumesnapshot %s; the csi-snapshotter sidecar's log). "+
+				"Velero fails the %s when node-agent's prepare timeout (30m by default) passes", vs.Namespace, vs.Name, m.Kind),
+		}
+	}
+	if vs.Status == nil || vs.Status.ReadyToUse == nil || !*vs.Status.ReadyToUse {
+		return &Cause{
+			Reason:   itemopsv1alpha1.WaitingSnapshotNotReady,
+			Evidence: fmt.Sprintf("VolumeSnapshot %s of %s %s is not ready to use", where, m.Kind, m.Name),
+			Action: fmt.Sprintf("The CSI driver is still cutting or copying the snapshot; if it stays so, look at kubectl -n %s describe volumesnapshot %s "+
+				"and the snapshot controller's and csi-snapshotter's logs", vs.Namespace, vs.Name),
+		}
+	}
+	return nil
+}
+
+func volumeCause(m Movement) *Cause {
+	pvc := m.Volume
+	if pvc == nil || pvc.Status.Phase != corev1.ClaimPending {
+		return nil
+	}
+	last := lastWarning(m.VolumeEvents)
+	if last == nil {
+		// Pending without a complaint: provisioning runs, or the class
+		// binds at the pod's scheduling, which the pod's cause shows.
+		return nil
+	}
+	class := "(no StorageClass)"
+	if pvc.Spec.StorageClassName != nil {
+		class = "StorageClass " + *pvc.Spec.StorageClassName
+	}
+	return &Cause{
+		Reason: itemopsv1alpha1.WaitingVolumeNotProvisioned,
+		Evidence: fmt.Sprintf("PersistentVolumeClaim %s/%s that %s %s exposes (%s) is Pending: %s: %s",
+			pvc.Namespace, pvc.Name, m.Kind, m.Name, class, last.Reason, last.Message),
+		Action: "Make the StorageClass exist and its provisioner work; the class of the data mover's volume is node-agent's " +
+			"backupPVC (or restorePVC) setting in its ConfigMap, else the source volume's class",
+	}
+}
+
+func lastWarning(events []corev1.Event) *corev1.Event {
+	var last *corev1.Event
+	for i := range events {
+		e := &events[i]
+		if e.Type != corev1.EventTypeWarning {
+			continue
+		}
+		if last == nil || eventTime(e).After(eventTime(last)) {
+			last = e
+		}
+	}
+	return last
+}
+
+func eventTime(e *corev1.Event) time.Time {
+	switch {
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.FirstTimestamp.Time
+}
+
+func podCause(m Movement) *Cause {
+	pod := m.Pod
+	if pod == nil || (pod.Status.Phase != corev1.PodPending && pod.Status.Phase != corev1.PodRunning) {
+		return nil
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return &Cause{
+				Reason:   itemopsv1alpha1.WaitingPodUnschedulable,
+				Evidence: fmt.Sprintf("the data mover's pod %s/%s cannot be scheduled: %s", pod.Namespace, pod.Name, c.Message),
+				Action: "Make a node able to take it: remove the taint it does not tolerate, free the resources it asks for, " +
+					"or set node-agent's loadAffinity and podResources (its ConfigMap) to nodes and sizes that fit",
+			}
+		}
+	}
+	for _, s := range pod.Status.ContainerStatuses {
+		w := s.State.Waiting
+		if w == nil {
+			continue
+		}
+		switch w.Reason {
+		case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+			return &Cause{
+				Reason: itemopsv1alpha1.WaitingPodNotRunning,
+				Evidence: fmt.Sprintf("the data mover's pod %s/%s cannot pull its image %s: %s: %s",
+					pod.Namespace, pod.Name, s.Image, w.Reason, w.Message),
+				Action: "The pod runs Velero's own image, as Velero's Deployment names it: make that image pullable from the node " +
+					"(its registry, the pull secret of Velero's ServiceAccount)",
+			}
+		case "CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+			evidence := fmt.Sprintf("the data mover's pod %s/%s does not run: %s", pod.Namespace, pod.Name, w.Reason)
+			if w.Message != "" {
+				evidence += ": " + w.Message
+			}
+			if t := s.LastTerminationState.Terminated; t != nil {
+				evidence += fmt.Sprintf(" (last exit %d, %s: %s)", t.ExitCode, t.Reason, strings.TrimSpace(t.Message))
+			}
+			return &Cause{
+				Reason:   itemopsv1alpha1.WaitingPodNotRunning,
+				Evidence: evidence,
+				Action:   fmt.Sprintf("Read its log (kubectl -n %s logs %s --previous) and node-agent's", pod.Namespace, pod.Name),
+			}
+		}
+	}
+	return nil
+}
+
+func noNodeAgent(m Movement, node string) *Cause {
+	listing := fmt.Sprintf("kubectl -n %s get daemonset node-agent; kubectl -n %s get pods -l role=node-agent -o wide", m.Namespace, m.Namespace)
+	if node == "" {
+		return &Cause{
+			Reason:   itemopsv1alpha1.WaitingNoNodeAgent,
+			Evidence: fmt.Sprintf("%s %s waits to be accepted, and no node-agent pod runs (%s)", m.Kind, m.Name, runningSummary(m.NodeAgentPods)),
+			Action:   "Start node-agent (velero install --use-node-agent makes its DaemonSet), or fix its nodeSelector and tolerations: " + listing,
+		}
+	}
+	return &Cause{
+		Reason:   itemopsv1alpha1.WaitingNoNodeAgent,
+		Evidence: fmt.Sprintf("%s %s needs node-agent on node %s, where none runs (%s)", m.Kind, m.Name, node, runningSummary(m.NodeAgentPods)),
+		Action:   "Let node-agent's DaemonSet run a pod on that node (its nodeSelector, tolerations, the node's taints): " + listing,
+	}
+}
+
+func runningSummary(pods []corev1.Pod) string {
+	var on []string
+	for i := range pods {
+		if podRunning(&pods[i]) {
+			on = append(on, pods[i].Spec.NodeName)
+		}
+	}
+	if len(on) == 0 {
+		return fmt.Sprintf("%d node-agent pod(s), none running", len(pods))
+	}
+	sort.Strings(on)
+	return "node-agent runs on " + strings.Join(on, ", ")
+}
+
+// podRunning is how Velero judges a node-agent pod (kube.IsPodRunning):
+// Running and not being deleted.
+func podRunning(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Spec.NodeName != ""
+}
+
+func anyNodeAgentRunning(pods []corev1.Pod) bool {
+	for i := range pods {
+		if podRunning(&pods[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+func nodeAgentRunningOn(pods []corev1.Pod, node string) bool {
+	for i := range pods {
+		if podRunning(&pods[i]) && pods[i].Spec.NodeName == node {
+			return true
+		}
+	}
+	return false
+}
+
+func repositoryCause(m Movement) *Cause {
+	repo := m.Repository
+	if repo != nil && repo.Status.Phase == velerov1api.BackupRepositoryPhaseReady {
+		return nil
+	}
+	if repo == nil {
+		// The data path creates it as it starts (Velero's repository
+		// ensurer) and waits for it: a moment, not a cause.
+		return nil
+	}
+	phase := repo.Status.Phase
+	if phase == "" {
+		phase = velerov1api.BackupRepositoryPhaseNew
+	}
+	c := &Cause{
+		Reason:   itemopsv1alpha1.WaitingRepositoryNotReady,
+		Evidence: fmt.Sprintf("BackupRepository %s/%s that %s %s moves data through is %s", repo.Namespace, repo.Name, m.Kind, m.Name, phase),
+	}
+	if phase == velerov1api.BackupRepositoryPhaseNew {
+		c.Action = "Velero's server has not initialized it yet: check that velero server runs and what its log says of the repository (velero repo get)"
+		return c
+	}
+	if repo.Status.Message != "" {
+		c.Evidence += ": " + repo.Status.Message
+	}
+	c.Action = "Fix the BackupStorageLocation or the repository's credentials it names; velero repo get shows it, and Velero checks it again at its maintenance frequency"
+	return c
+}
+
+// Stalled is the cause of an operation whose progress has stood still since
+// a time: NoProgress, with the plugin's own account when it gives one. The
+// time, not how long: the message of a condition that stays does not change
+// at every poll.
+func Stalled(plugin, description string, since time.Time) Cause {
+	c := Cause{
+		Reason:   itemopsv1alpha1.WaitingNoProgress,
+		Evidence: fmt.Sprintf("progress has not moved since %s", since.UTC().Format(time.RFC3339)),
+		Action:   fmt.Sprintf("The plugin %s runs it; look at what it does (its log, the objects it works on)", plugin),
+	}
+	if description != "" {
+		c.Evidence += "; the plugin says: " + description
+	}
+	return c
+}

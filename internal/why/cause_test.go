@@ -1,0 +1,231 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package why
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	velerotypes "github.com/vmware-tanzu/velero/pkg/types"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+)
+
+func nodeAgentPod(node string, phase corev1.PodPhase) corev1.Pod {
+	return corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "node-agent-" + node, Labels: map[string]string{"role": "node-agent"}},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: phase},
+	}
+}
+
+func movement(phase string) Movement {
+	return Movement{Kind: "DataUpload", Namespace: "velero", Name: "b1-x7k2p", Phase: phase,
+		NodeAgentPods: []corev1.Pod{nodeAgentPod("node-1", corev1.PodRunning)}}
+}
+
+func TestDiagnose(t *testing.T) {
+	unschedulable := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "b1-x7k2p"},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+			Message: "0/1 nodes are available: 1 node(s) had untolerated taint {itemops.io/hold: }.",
+		}}},
+	}
+	pending := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "b1-x7k2p"},
+		Spec:       corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("missing")},
+		Status:     corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending},
+	}
+	t0 := metav1.NewTime(time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC))
+	warning := func(message string, at metav1.Time) corev1.Event {
+		return corev1.Event{Type: corev1.EventTypeWarning, Reason: "ProvisioningFailed", Message: message, LastTimestamp: at}
+	}
+	snapshot := func(ready bool, failure string) *snapshotv1.VolumeSnapshot {
+		vs := &snapshotv1.VolumeSnapshot{ObjectMeta: metav1.ObjectMeta{Namespace: "app", Name: "velero-vol-abc"},
+			Status: &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(ready)}}
+		if failure != "" {
+			vs.Status.Error = &snapshotv1.VolumeSnapshotError{Message: ptr.To(failure)}
+		}
+		return vs
+	}
+	repo := func(phase velerov1api.BackupRepositoryPhase, message string) *velerov1api.BackupRepository {
+		return &velerov1api.BackupRepository{ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "app-default-kopia-x"},
+			Status: velerov1api.BackupRepositoryStatus{Phase: phase, Message: message}}
+	}
+	tests := []struct {
+		name   string
+		edit   func(*Movement)
+		reason string
+		says   []string
+	}{
+		{name: "new, node-agent runs", edit: func(*Movement) {}},
+		{name: "new, no node-agent at all", reason: itemopsv1alpha1.WaitingNoNodeAgent,
+			edit: func(m *Movement) { m.NodeAgentPods = nil }, says: []string{"waits to be accepted", "0 node-agent pod(s), none running"}},
+		{name: "new, node-agent pending", reason: itemopsv1alpha1.WaitingNoNodeAgent,
+			edit: func(m *Movement) { m.NodeAgentPods = []corev1.Pod{nodeAgentPod("node-1", corev1.PodPending)} }, says: []string{"none running"}},
+		{name: "accepted, snapshot not ready", reason: itemopsv1alpha1.WaitingSnapshotNotReady,
+			edit: func(m *Movement) { m.Phase, m.Snapshot = phaseAccepted, snapshot(false, "") }, says: []string{"app/velero-vol-abc", "not ready"}},
+		{name: "accepted, snapshot failed", reason: itemopsv1alpha1.WaitingSnapshotFailed,
+			edit: func(m *Movement) { m.Phase, m.Snapshot = phaseAccepted, snapshot(false, "out of snapshot reserve") },
+			says: []string{"failed: out of snapshot reserve"}},
+		{name: "accepted, snapshot ready, nothing else yet",
+			edit: func(m *Movement) { m.Phase, m.Snapshot = phaseAccepted, snapshot(true, "") }},
+		{name: "accepted, volume pending without complaint",
+			edit: func(m *Movement) { m.Phase, m.Volume = phaseAccepted, pending }},
+		{name: "accepted, volume not provisioned: the latest warning", reason: itemopsv1alpha1.WaitingVolumeNotProvisioned,
+			edit: func(m *Movement) {
+				m.Phase, m.Volume = phaseAccepted, pending
+				m.VolumeEvents = []corev1.Event{
+					warning(`storageclass.storage.k8s.io "missing" not found`, metav1.NewTime(t0.Add(time.Minute))),
+					warning("older", t0),
+					{Type: corev1.EventTypeNormal, Reason: "ExternalProvisioning", Message: "waiting", LastTimestamp: metav1.NewTime(t0.Add(time.Hour))},
+				}
+			}, says: []string{"StorageClass missing", `"missing" not found`}},
+		{name: "accepted, pod unschedulable", reason: itemopsv1alpha1.WaitingPodUnschedulable,
+			edit: func(m *Movement) { m.Phase, m.Pod = phaseAccepted, unschedulable }, says: []string{"untolerated taint"}},
+		{name: "accepted, pod cannot pull its image", reason: itemopsv1alpha1.WaitingPodNotRunning,
+			edit: func(m *Movement) {
+				m.Phase = phaseAccepted
+				m.Pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "b1-x7k2p"}, Spec: corev1.PodSpec{NodeName: "node-1"},
+					Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+						Image: "velero/velero:v1.18.3",
+						State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}},
+					}}}}
+			}, says: []string{"cannot pull its image velero/velero:v1.18.3", "ImagePullBackOff"}},
+		{name: "accepted, pod crash-looping", reason: itemopsv1alpha1.WaitingPodNotRunning,
+			edit: func(m *Movement) {
+				m.Phase = phaseAccepted
+				m.Pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "b1-x7k2p"}, Spec: corev1.PodSpec{NodeName: "node-1"},
+					Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+						State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+						LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+							ExitCode: 1, Reason: "Error", Message: "cannot open the volume\n"}},
+					}}}}
+			}, says: []string{"CrashLoopBackOff", "last exit 1, Error: cannot open the volume", "logs b1-x7k2p --previous"}},
+		{name: "accepted, pod on a node without node-agent", reason: itemopsv1alpha1.WaitingNoNodeAgent,
+			edit: func(m *Movement) {
+				m.Phase = phaseAccepted
+				m.Pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "b1-x7k2p"}, Spec: corev1.PodSpec{NodeName: "node-2"},
+					Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+			}, says: []string{"on node node-2", "node-agent runs on node-1"}},
+		{name: "prepared, node-agent gone from the node", reason: itemopsv1alpha1.WaitingNoNodeAgent,
+			edit: func(m *Movement) { m.Phase, m.Node = phasePrepared, "node-2" }, says: []string{"node node-2"}},
+		{name: "prepared, under the limit",
+			edit: func(m *Movement) {
+				m.Phase, m.Node, m.Concurrency, m.Running = phasePrepared, "node-1", 2, []string{"DataUpload/a"}
+			}},
+		{name: "prepared, at the limit", reason: itemopsv1alpha1.WaitingNodeAgentBusy,
+			edit: func(m *Movement) {
+				m.Phase, m.Node, m.Concurrency, m.Running = phasePrepared, "node-1", 1, []string{"DataUpload/z", "DataDownload/a"}
+			}, says: []string{"loadConcurrency of 1", "2 ahead (DataDownload/a, DataUpload/z)"}},
+		{name: "in progress, repository ready",
+			edit: func(m *Movement) {
+				m.Phase, m.Repository = phaseInProgress, repo(velerov1api.BackupRepositoryPhaseReady, "")
+			}},
+		{name: "in progress, repository new", reason: itemopsv1alpha1.WaitingRepositoryNotReady,
+			edit: func(m *Movement) { m.Phase, m.Repository = phaseInProgress, repo("", "") },
+			says: []string{"app-default-kopia-x", "is New", "not initialized"}},
+		{name: "in progress, repository not ready", reason: itemopsv1alpha1.WaitingRepositoryNotReady,
+			edit: func(m *Movement) {
+				m.Phase, m.Repository = phaseInProgress, repo(velerov1api.BackupRepositoryPhaseNotReady, "error to connect to storage")
+			}, says: []string{"NotReady: error to connect to storage"}},
+		{name: "in progress, repository not created yet",
+			edit: func(m *Movement) {
+				m.Phase = phaseInProgress
+			}},
+		{name: "completed", edit: func(m *Movement) { m.Phase, m.NodeAgentPods = "Completed", nil }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := movement(phaseNew)
+			tt.edit(&m)
+			c := Diagnose(m)
+			if tt.reason == "" {
+				if c != nil {
+					t.Fatalf("cause %s (%s), want none", c.Reason, c.Message())
+				}
+				return
+			}
+			if c == nil || c.Reason != tt.reason {
+				t.Fatalf("cause %+v, want %s", c, tt.reason)
+			}
+			if c.Action == "" {
+				t.Errorf("cause %s says nothing to do", c.Reason)
+			}
+			for _, s := range tt.says {
+				if !strings.Contains(c.Message(), s) {
+					t.Errorf("message %q does not say %q", c.Message(), s)
+				}
+			}
+		})
+	}
+}
+
+func TestStalled(t *testing.T) {
+	since := time.Date(2026, 11, 28, 10, 0, 0, 0, time.FixedZone("CET", 3600))
+	c := Stalled("example.io/slow", "copying blocks", since)
+	if c.Reason != itemopsv1alpha1.WaitingNoProgress {
+		t.Fatalf("reason %s", c.Reason)
+	}
+	for _, s := range []string{"since 2026-11-28T09:00:00Z", "the plugin says: copying blocks", "example.io/slow"} {
+		if !strings.Contains(c.Message(), s) {
+			t.Errorf("message %q does not say %q", c.Message(), s)
+		}
+	}
+	if strings.Contains(Stalled("p", "", since).Message(), "plugin says") {
+		t.Error("a plugin that says nothing is quoted")
+	}
+}
+
+func TestConcurrency(t *testing.T) {
+	rule := func(key string, n int) velerotypes.RuledConfigs {
+		return velerotypes.RuledConfigs{NodeSelector: metav1.LabelSelector{MatchLabels: map[string]string{key: "yes"}}, Number: n}
+	}
+	tests := []struct {
+		name string
+		lc   velerotypes.LoadConcurrency
+		node labels.Set
+		want int
+	}{
+		{name: "nothing set", want: 1},
+		{name: "global", lc: velerotypes.LoadConcurrency{GlobalConfig: 3}, want: 3},
+		{name: "invalid global", lc: velerotypes.LoadConcurrency{GlobalConfig: -2}, want: 1},
+		{name: "least matching rule", lc: velerotypes.LoadConcurrency{GlobalConfig: 3,
+			PerNodeConfig: []velerotypes.RuledConfigs{rule("a", 5), rule("b", 2), rule("c", 1)}},
+			node: labels.Set{"a": "yes", "b": "yes"}, want: 2},
+		{name: "no rule matches", lc: velerotypes.LoadConcurrency{GlobalConfig: 3,
+			PerNodeConfig: []velerotypes.RuledConfigs{rule("c", 1)}}, node: labels.Set{"a": "yes"}, want: 3},
+		{name: "a rule of no number is skipped", lc: velerotypes.LoadConcurrency{GlobalConfig: 3,
+			PerNodeConfig: []velerotypes.RuledConfigs{rule("a", 0)}}, node: labels.Set{"a": "yes"}, want: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Concurrency(&tt.lc, tt.node); got != tt.want {
+				t.Errorf("Concurrency = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

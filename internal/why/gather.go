@@ -1,0 +1,378 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package why
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	velerov2alpha1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
+	"github.com/vmware-tanzu/velero/pkg/label"
+	velerotypes "github.com/vmware-tanzu/velero/pkg/types"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+)
+
+// The plugins of Velero's CSI data mover, whose operations are DataUploads
+// and DataDownloads.
+const (
+	DataUploadPlugin   = "velero.io/csi-pvc-backupper"
+	DataDownloadPlugin = "velero.io/csi-pvc-restorer"
+)
+
+// IsDataMover reports whether op is a data movement of Velero's data mover.
+func IsDataMover(op *itemopsv1alpha1.ItemOperation) bool {
+	return (op.Spec.Plugin.Kind == itemopsv1alpha1.PluginKindBackupItemAction && op.Spec.Plugin.Name == DataUploadPlugin) ||
+		(op.Spec.Plugin.Kind == itemopsv1alpha1.PluginKindRestoreItemAction && op.Spec.Plugin.Name == DataDownloadPlugin)
+}
+
+// AddToScheme adds the kinds Gather reads to a scheme.
+func AddToScheme(s *runtime.Scheme) error {
+	for _, add := range []func(*runtime.Scheme) error{velerov2alpha1.AddToScheme, snapshotv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nodeAgent is the name of node-agent's DaemonSet, as velero install makes it.
+const nodeAgent = "node-agent"
+
+// defaultConcurrency is node-agent's loadConcurrency when its ConfigMap sets none.
+const defaultConcurrency = 1
+
+// Gatherer reads what the cluster says about data movements.
+type Gatherer struct {
+	// Reader reads what is read at every poll, in Velero's namespace:
+	// DataUploads, DataDownloads, pods and BackupRepositories (the
+	// manager's cache).
+	Reader client.Reader
+	// Direct reads, around the cache, what is read in one phase only, one
+	// object at a time: the exposed PersistentVolumeClaim and its Events,
+	// the VolumeSnapshots, node-agent's DaemonSet and ConfigMap, the node.
+	// Reader when nil.
+	Direct client.Reader
+}
+
+func (g *Gatherer) direct() client.Reader {
+	if g.Direct != nil {
+		return g.Direct
+	}
+	return g.Reader
+}
+
+// Cause is why the data mover operation op waits, or nil when nothing
+// holds it or its DataUpload or DataDownload is not there (yet).
+func (g *Gatherer) Cause(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (*Cause, error) {
+	m, found, err := g.Movement(ctx, op)
+	if err != nil || !found {
+		return nil, err
+	}
+	return Diagnose(m), nil
+}
+
+// Movement reads the data movement of op (a data mover operation) and what
+// it depends on in its phase. found is false when no DataUpload or
+// DataDownload carries the operation's ID yet.
+func (g *Gatherer) Movement(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (m Movement, found bool, err error) {
+	ns := op.Namespace
+	m.Namespace = ns
+	selector := client.MatchingLabels{velerov1api.AsyncOperationIDLabel: op.Spec.OperationID}
+	var sourceNS, sourceSnapshot, location string
+	switch op.Spec.Plugin.Name {
+	case DataUploadPlugin:
+		list := &velerov2alpha1.DataUploadList{}
+		if err := g.Reader.List(ctx, list, client.InNamespace(ns), selector); err != nil {
+			return m, false, fmt.Errorf("listing DataUploads: %w", err)
+		}
+		if len(list.Items) != 1 {
+			return m, false, nil
+		}
+		du := &list.Items[0]
+		m.Kind, m.Name, m.Phase = "DataUpload", du.Name, string(du.Status.Phase)
+		m.Node, m.AcceptedBy = du.Status.Node, du.Status.AcceptedByNode
+		sourceNS, location = du.Spec.SourceNamespace, du.Spec.BackupStorageLocation
+		if du.Spec.CSISnapshot != nil {
+			sourceSnapshot = du.Spec.CSISnapshot.VolumeSnapshot
+		}
+	case DataDownloadPlugin:
+		list := &velerov2alpha1.DataDownloadList{}
+		if err := g.Reader.List(ctx, list, client.InNamespace(ns), selector); err != nil {
+			return m, false, fmt.Errorf("listing DataDownloads: %w", err)
+		}
+		if len(list.Items) != 1 {
+			return m, false, nil
+		}
+		dd := &list.Items[0]
+		m.Kind, m.Name, m.Phase = "DataDownload", dd.Name, string(dd.Status.Phase)
+		m.Node, m.AcceptedBy = dd.Status.Node, dd.Status.AcceptedByNode
+		sourceNS, location = dd.Spec.SourceNamespace, dd.Spec.BackupStorageLocation
+	default:
+		return m, false, nil
+	}
+
+	switch m.Phase {
+	case "", phaseNew, phaseAccepted, phasePrepared:
+		if err := g.nodeAgentPods(ctx, &m); err != nil {
+			return m, true, err
+		}
+	}
+	switch m.Phase {
+	case phaseAccepted:
+		err = g.exposed(ctx, &m, sourceNS, sourceSnapshot)
+	case phasePrepared:
+		err = g.load(ctx, &m)
+	case phaseInProgress:
+		err = g.repository(ctx, &m, sourceNS, location)
+	}
+	return m, true, err
+}
+
+func (g *Gatherer) nodeAgentPods(ctx context.Context, m *Movement) error {
+	pods := &corev1.PodList{}
+	if err := g.Reader.List(ctx, pods, client.InNamespace(m.Namespace), client.MatchingLabels{"role": nodeAgent}); err != nil {
+		return fmt.Errorf("listing node-agent's pods: %w", err)
+	}
+	m.NodeAgentPods = pods.Items
+	return nil
+}
+
+// exposed reads what an Accepted movement exposes: the snapshot, the
+// volume and the pod, all named after it in Velero's namespace (the
+// DataUpload's snapshot is in the application's namespace until copied).
+func (g *Gatherer) exposed(ctx context.Context, m *Movement, sourceNS, sourceSnapshot string) error {
+	key := client.ObjectKey{Namespace: m.Namespace, Name: m.Name}
+	pod := &corev1.Pod{}
+	switch err := g.Reader.Get(ctx, key, pod); {
+	case err == nil:
+		m.Pod = pod
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading the data mover's pod: %w", err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	switch err := g.direct().Get(ctx, key, pvc); {
+	case err == nil:
+		m.Volume = pvc
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading the exposed volume: %w", err)
+	}
+	if m.Volume != nil && m.Volume.Status.Phase == corev1.ClaimPending {
+		events := &corev1.EventList{}
+		if err := g.direct().List(ctx, events, client.InNamespace(m.Namespace), client.MatchingFieldsSelector{Selector: fields.Set{
+			"involvedObject.kind": "PersistentVolumeClaim", "involvedObject.name": m.Name, "involvedObject.uid": string(m.Volume.UID),
+		}.AsSelector()}); err != nil {
+			return fmt.Errorf("reading the events of the exposed volume: %w", err)
+		}
+		m.VolumeEvents = events.Items
+	}
+	if m.Kind != "DataUpload" || m.Pod != nil {
+		// A pod exists once the snapshot is exposed: its readiness is past.
+		return nil
+	}
+	// Velero waits for the snapshot in the application's namespace to be
+	// ready, then copies it into its own under the movement's name. Both
+	// are read around the cache, with the get on VolumeSnapshots that
+	// Velero's CSI plugins need anyway (a cache would list and watch them).
+	vs := &snapshotv1.VolumeSnapshot{}
+	switch err := g.direct().Get(ctx, key, vs); {
+	case err == nil:
+		m.Snapshot = vs
+		return nil
+	case !unreadable(err):
+		return fmt.Errorf("reading the exposed VolumeSnapshot: %w", err)
+	}
+	if sourceSnapshot == "" || sourceNS == "" {
+		return nil
+	}
+	switch err := g.direct().Get(ctx, client.ObjectKey{Namespace: sourceNS, Name: sourceSnapshot}, vs); {
+	case err == nil:
+		m.Snapshot = vs
+	case !unreadable(err):
+		return fmt.Errorf("reading VolumeSnapshot %s/%s: %w", sourceNS, sourceSnapshot, err)
+	}
+	return nil
+}
+
+// unreadable reports an error that means the object cannot be read and
+// tells nothing of a cause: not there, its kind not served (no CSI snapshot
+// CRDs), or not granted (Velero's CSI plugins' rules left out).
+func unreadable(err error) bool {
+	return apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || meta.IsNoMatchError(err) ||
+		strings.Contains(err.Error(), "no matches for kind")
+}
+
+// load reads how many data paths node-agent may run on the movement's node
+// and which run there now.
+func (g *Gatherer) load(ctx context.Context, m *Movement) error {
+	if m.Node == "" {
+		return nil
+	}
+	limit, err := g.concurrency(ctx, m.Namespace, m.Node)
+	if err != nil {
+		return err
+	}
+	m.Concurrency = limit
+	uploads := &velerov2alpha1.DataUploadList{}
+	if err := g.Reader.List(ctx, uploads, client.InNamespace(m.Namespace)); err != nil {
+		return fmt.Errorf("listing DataUploads: %w", err)
+	}
+	for i := range uploads.Items {
+		u := &uploads.Items[i]
+		if u.Status.Phase == velerov2alpha1.DataUploadPhaseInProgress && u.Status.Node == m.Node && u.Name != m.Name {
+			m.Running = append(m.Running, "DataUpload/"+u.Name)
+		}
+	}
+	downloads := &velerov2alpha1.DataDownloadList{}
+	if err := g.Reader.List(ctx, downloads, client.InNamespace(m.Namespace)); err != nil {
+		return fmt.Errorf("listing DataDownloads: %w", err)
+	}
+	for i := range downloads.Items {
+		d := &downloads.Items[i]
+		if d.Status.Phase == velerov2alpha1.DataDownloadPhaseInProgress && d.Status.Node == m.Node && d.Name != m.Name {
+			m.Running = append(m.Running, "DataDownload/"+d.Name)
+		}
+	}
+	return nil
+}
+
+// concurrency is node-agent's loadConcurrency on node, read as node-agent
+// reads it at its start: the ConfigMap its DaemonSet names with
+// --node-agent-configmap, its global number, else the least per-node rule
+// matching the node's labels.
+func (g *Gatherer) concurrency(ctx context.Context, namespace, node string) (int, error) {
+	ds := &appsv1.DaemonSet{}
+	if err := g.direct().Get(ctx, client.ObjectKey{Namespace: namespace, Name: nodeAgent}, ds); err != nil {
+		if apierrors.IsNotFound(err) {
+			return defaultConcurrency, nil
+		}
+		return 0, fmt.Errorf("reading node-agent's DaemonSet: %w", err)
+	}
+	name := configMapName(ds)
+	if name == "" {
+		return defaultConcurrency, nil
+	}
+	cm := &corev1.ConfigMap{}
+	if err := g.direct().Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return defaultConcurrency, nil
+		}
+		return 0, fmt.Errorf("reading node-agent's ConfigMap %s: %w", name, err)
+	}
+	configs, err := parseConfigs(cm)
+	if err != nil || configs.LoadConcurrency == nil {
+		// node-agent does not start with a ConfigMap it cannot read; one
+		// changed since is not its configuration yet.
+		return defaultConcurrency, nil
+	}
+	var nodeLabels labels.Set
+	if len(configs.LoadConcurrency.PerNodeConfig) > 0 {
+		n := &corev1.Node{}
+		if err := g.direct().Get(ctx, client.ObjectKey{Name: node}, n); err == nil {
+			nodeLabels = n.Labels
+		}
+	}
+	return Concurrency(configs.LoadConcurrency, nodeLabels), nil
+}
+
+// Concurrency is the number of data paths node-agent runs at once on a
+// node with nodeLabels, as node-agent computes it.
+func Concurrency(lc *velerotypes.LoadConcurrency, nodeLabels labels.Set) int {
+	global := lc.GlobalConfig
+	if global <= 0 {
+		global = defaultConcurrency
+	}
+	least := 0
+	for _, rule := range lc.PerNodeConfig {
+		selector, err := metav1.LabelSelectorAsSelector(&rule.NodeSelector)
+		if err != nil || rule.Number <= 0 || nodeLabels == nil {
+			continue
+		}
+		if selector.Matches(nodeLabels) && (least == 0 || rule.Number < least) {
+			least = rule.Number
+		}
+	}
+	if least > 0 {
+		return least
+	}
+	return global
+}
+
+// configMapName is the ConfigMap node-agent's container is started with.
+func configMapName(ds *appsv1.DaemonSet) string {
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		args := append(append([]string(nil), c.Command...), c.Args...)
+		for i, a := range args {
+			if v, ok := strings.CutPrefix(a, "--node-agent-configmap="); ok {
+				return v
+			}
+			if a == "--node-agent-configmap" && i+1 < len(args) {
+				return args[i+1]
+			}
+		}
+	}
+	return ""
+}
+
+// parseConfigs reads node-agent's ConfigMap as node-agent does: its one key
+// holds the configuration in JSON.
+func parseConfigs(cm *corev1.ConfigMap) (*velerotypes.NodeAgentConfigs, error) {
+	if len(cm.Data) != 1 {
+		return nil, fmt.Errorf("ConfigMap %s has %d keys, node-agent wants one", cm.Name, len(cm.Data))
+	}
+	configs := &velerotypes.NodeAgentConfigs{}
+	for _, v := range cm.Data {
+		if err := json.Unmarshal([]byte(v), configs); err != nil {
+			return nil, err
+		}
+	}
+	return configs, nil
+}
+
+// repositoryType is the repository Velero's data mover moves data through.
+const repositoryType = "kopia"
+
+// repository reads the BackupRepository of the movement's namespace and
+// location, as Velero's repository ensurer finds it: by its labels.
+func (g *Gatherer) repository(ctx context.Context, m *Movement, volumeNS, location string) error {
+	list := &velerov1api.BackupRepositoryList{}
+	if err := g.Reader.List(ctx, list, client.InNamespace(m.Namespace), client.MatchingLabels{
+		velerov1api.VolumeNamespaceLabel: label.GetValidName(volumeNS),
+		velerov1api.StorageLocationLabel: label.GetValidName(location),
+		velerov1api.RepositoryTypeLabel:  repositoryType,
+	}); err != nil {
+		return fmt.Errorf("listing BackupRepositories: %w", err)
+	}
+	if len(list.Items) == 1 {
+		m.Repository = &list.Items[0]
+	}
+	return nil
+}
