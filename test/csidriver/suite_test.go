@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 // The driver under test listens here; the sanity suite's specs are
@@ -143,5 +144,45 @@ var _ = Describe("The tests' CSI driver, beyond the sanity suite", func() {
 		entries, err := os.ReadDir(filepath.Join(driver.Root, volumesDir))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(entries).To(BeEmpty())
+	})
+})
+
+var _ = Describe("The tests' CSI driver's registration with the kubelet", func() {
+	It("tells the kubelet its name and endpoint, and keeps the kubelet's answer", func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		registry := filepath.Join(dir, "plugins_registry")
+		r := &Registrar{Name: driver.Name, Endpoint: "/var/lib/kubelet/plugins/csi.itemops.io/csi.sock"}
+		done := make(chan error, 1)
+		socket := Socket(registry, driver.Name)
+		go func() { done <- r.Serve(ctx, socket) }()
+		DeferCleanup(func() {
+			cancel()
+			Expect(<-done).To(Succeed())
+			Expect(socket).NotTo(BeAnExistingFile(), "the kubelet unregisters a driver whose socket is gone")
+		})
+		Expect(socket).To(Equal(filepath.Join(registry, "csi.itemops.io-reg.sock")))
+		Eventually(func() error { _, err := os.Stat(socket); return err }, 10*time.Second, 10*time.Millisecond).Should(Succeed())
+
+		// As the kubelet's plugin watcher does.
+		conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(conn.Close)
+		kubelet := registerapi.NewRegistrationClient(conn)
+		info, err := kubelet.GetInfo(ctx, &registerapi.InfoRequest{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(info.GetType()).To(Equal(registerapi.CSIPlugin))
+		Expect(info.GetName()).To(Equal("csi.itemops.io"))
+		Expect(info.GetEndpoint()).To(Equal("/var/lib/kubelet/plugins/csi.itemops.io/csi.sock"))
+		Expect(info.GetSupportedVersions()).To(ContainElement("1.0.0"))
+		registered, err := r.Registered()
+		Expect(registered, err).To(BeFalse())
+
+		_, err = kubelet.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(r.Registered()).To(BeTrue())
+		_, err = kubelet.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{Error: "unsupported versions"})
+		Expect(err).NotTo(HaveOccurred())
+		_, err = r.Registered()
+		Expect(err).To(MatchError(ContainSubstring("the kubelet refused driver csi.itemops.io: unsupported versions")))
 	})
 })
