@@ -10,18 +10,21 @@
 #   hack/cached-binary.sh helm                   # the helm CLI (HELM_VERSION: 3.x or 4.x), to lint, render and install the chart
 #   hack/cached-binary.sh cyclonedx-gomod        # CycloneDX's SBOM generator for Go modules, for a release's SBOM
 #   hack/cached-binary.sh cosign                 # sigstore's cosign, to sign a release's checksums with a key
+#   hack/cached-binary.sh snapshot-controller    # the CSI snapshot controller, and the csi-snapshotter sidecar beside it
+#   hack/cached-binary.sh csi-provisioner        # the CSI external-provisioner sidecar
 #
 # Every binary is static (CGO_ENABLED=0), as the projects' own images build
 # them: the same file runs on this machine and in the images test/cluster
 # builds.
 #
 # ITEMOPS_VELERO_BIN, ITEMOPS_VERSITYGW_BIN, ITEMOPS_AWS_PLUGIN, ITEMOPS_HELM_BIN,
-# ITEMOPS_CYCLONEDX_GOMOD_BIN and ITEMOPS_COSIGN_BIN, when set
+# ITEMOPS_CYCLONEDX_GOMOD_BIN, ITEMOPS_COSIGN_BIN, ITEMOPS_SNAPSHOT_CONTROLLER_BIN
+# and ITEMOPS_CSI_PROVISIONER_BIN, when set
 # to an executable, win and nothing is built. With ITEMOPS_CACHED_ONLY=1 a
 # binary that is not built yet is not built either: the script exits 3.
 set -euo pipefail
 
-name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm|cyclonedx-gomod|cosign}"
+name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm|cyclonedx-gomod|cosign|snapshot-controller|csi-provisioner}"
 cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/bin"
 override_var="ITEMOPS_$(tr '[:lower:]-' '[:upper:]_' <<<"${name}")_BIN"
 # Further commands of the same module, built into the same directory.
@@ -94,8 +97,23 @@ case "${name}" in
     replaces=()
     ldflags="-X sigs.k8s.io/release-utils/version.gitVersion=v${version}"
     ;;
+  snapshot-controller)
+    version="${EXTERNAL_SNAPSHOTTER_VERSION:-8.4.0}"
+    module="github.com/kubernetes-csi/external-snapshotter/v8"
+    pkg="${module}/cmd/snapshot-controller"
+    extra=("${module}/cmd/csi-snapshotter")
+    replaces=()
+    ldflags="-X main.version=v${version}"
+    ;;
+  csi-provisioner)
+    version="${EXTERNAL_PROVISIONER_VERSION:-5.3.0}"
+    module="github.com/kubernetes-csi/external-provisioner/v5"
+    pkg="${module}/cmd/csi-provisioner"
+    replaces=()
+    ldflags="-X main.version=v${version}"
+    ;;
   *)
-    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws, helm, cyclonedx-gomod, cosign" >&2
+    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws, helm, cyclonedx-gomod, cosign, snapshot-controller, csi-provisioner" >&2
     exit 2
     ;;
 esac
@@ -139,9 +157,13 @@ echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
   cd "${work}"
   go mod init "build/${name}" >/dev/null 2>&1
   echo "require ${module} v${version}" >> go.mod
-  if [[ "${name}" == velero ]]; then
-    # The replaces of Velero's own go.mod, as "old=new@version". Its go.sum
-    # vouches for the forks, which the checksum database does not know.
+  if [[ "${name}" == velero || "${name}" == snapshot-controller || "${name}" == csi-provisioner ]]; then
+    # The replaces of the module's own go.mod, as "old=new@version": a
+    # requiring module does not inherit them, and without them other
+    # versions of Kubernetes' modules (or of Velero's kopia fork) are
+    # chosen. Its go.sum vouches for forks the checksum database does not
+    # know. A replace by a directory of the module's own repository
+    # (external-snapshotter's ./client) becomes that module at this version.
     download="$(go mod download -json "${module}@v${version}")"
     gomod="$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<<"${download}")"
     cat "$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' <<<"${download}")/go.sum" >> go.sum
@@ -154,6 +176,12 @@ echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
         print old[1] (n > 1 ? "@" old[2] : "") "=" new[1] (m > 1 ? "@" new[2] : "")
       }
       { block_line = 0 }' "${gomod}")
+    for i in "${!replaces[@]}"; do
+      if [[ "${replaces[$i]}" == *=./* ]]; then
+        replaced="${replaces[$i]%%=*}"
+        replaces[$i]="${replaced}=${replaced}@v${version}"
+      fi
+    done
   fi
   for r in "${replaces[@]}"; do
     go mod edit -replace "${r}"
@@ -162,7 +190,7 @@ echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
   go mod tidy
   go build -trimpath -ldflags "-s -w ${ldflags}" -o "${work}/${name}" "${pkg}"
   for e in "${extra[@]}"; do
-    go build -trimpath -ldflags "-s -w" -o "${work}/$(basename "${e}")" "${e}"
+    go build -trimpath -ldflags "-s -w ${ldflags}" -o "${work}/$(basename "${e}")" "${e}"
   done
 ) >&2
 mkdir -p "$(dirname "${dest}")"

@@ -17,8 +17,13 @@ limitations under the License.
 package csidriver
 
 import (
+	"cmp"
 	"context"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -58,6 +63,7 @@ func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 	for _, c := range []csi.ControllerServiceCapability_RPC_Type{
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
 	} {
 		caps = append(caps, &csi.ControllerServiceCapability{
 			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: c}},
@@ -259,4 +265,57 @@ func (d *Driver) DeleteSnapshot(_ context.Context, req *csi.DeleteSnapshotReques
 		return nil, status.Errorf(codes.Internal, "deleting snapshot %s: %v", req.GetSnapshotId(), err)
 	}
 	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+// ListSnapshots implements csi.ControllerServer: every snapshot, or the one
+// with an ID, or those of a volume, by creation, a page at a time (the
+// token is the index of the next one).
+func (d *Driver) ListSnapshots(_ context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "max_entries cannot be negative")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	entries, err := os.ReadDir(filepath.Join(d.Root, snapshotsDir))
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "listing snapshots: %v", err)
+	}
+	var all []*record
+	for _, e := range entries {
+		r, err := d.read(snapshotsDir, e.Name())
+		if err != nil {
+			return nil, err
+		}
+		if r == nil || (req.GetSnapshotId() != "" && r.ID != req.GetSnapshotId()) ||
+			(req.GetSourceVolumeId() != "" && r.Source != req.GetSourceVolumeId()) {
+			continue
+		}
+		all = append(all, r)
+	}
+	slices.SortFunc(all, func(a, b *record) int {
+		if a.Created != b.Created {
+			return cmp.Compare(a.Created, b.Created)
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	start := 0
+	if token := req.GetStartingToken(); token != "" {
+		n, err := strconv.Atoi(token)
+		if err != nil || n < 0 || n > len(all) {
+			return nil, status.Errorf(codes.Aborted, "starting token %q is not one of this driver's", token)
+		}
+		start = n
+	}
+	end := len(all)
+	if limit := int(req.GetMaxEntries()); limit > 0 && start+limit < end {
+		end = start + limit
+	}
+	resp := &csi.ListSnapshotsResponse{}
+	for _, r := range all[start:end] {
+		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: snapshot(r)})
+	}
+	if end < len(all) {
+		resp.NextToken = strconv.Itoa(end)
+	}
+	return resp, nil
 }
