@@ -166,8 +166,8 @@ var _ = Describe("Why an operation waits", Label("envtest"), func() {
 		g.Expect(waitingMessage(g, op)).To(And(ContainSubstring("StorageClass missing"), ContainSubstring(`"missing" not found`)))
 
 		By("the volume bound, the data mover's pod cannot be scheduled")
-		pvc.Status.Phase = corev1.ClaimBound
-		g.Expect(env.Client.Status().Update(ctx, pvc)).To(Succeed())
+		// The pod's state is there before the volume binds, so that no
+		// poll sees the movement between two causes.
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "velero/velero:v1.18.3"}}}}
 		g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
@@ -175,18 +175,22 @@ var _ = Describe("Why an operation waits", Label("envtest"), func() {
 			Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 			Message: "0/1 nodes are available: 1 node(s) had untolerated taint {itemops.io/hold: }."}}}
 		g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
+		pvc.Status.Phase = corev1.ClaimBound
+		g.Expect(env.Client.Status().Update(ctx, pvc)).To(Succeed())
 		g.Eventually(waiting(op), within, testSync).Should(Equal("True/PodUnschedulable, waitingFor=PodUnschedulable"))
 		g.Expect(waitingMessage(g, op)).To(ContainSubstring("untolerated taint"))
 
 		By("Prepared, behind another data path on its node")
-		setPhase(func(s *velerov2alpha1.DataUploadStatus) {
-			s.Phase, s.Node = velerov2alpha1.DataUploadPhasePrepared, "node-1"
-		})
+		// The one ahead runs before this one is Prepared, as node-agent
+		// orders them.
 		ahead := &velerov2alpha1.DataUpload{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-ahead"},
 			Spec:   velerov2alpha1.DataUploadSpec{SnapshotType: velerov2alpha1.SnapshotTypeCSI, SourcePVC: "other", SourceNamespace: "shop"},
 			Status: velerov2alpha1.DataUploadStatus{Phase: velerov2alpha1.DataUploadPhaseInProgress, Node: "node-1"}}
 		g.Expect(env.Client.Create(ctx, ahead)).To(Succeed())
 		DeferCleanup(func() { _ = env.Client.Delete(ctx, ahead) })
+		setPhase(func(s *velerov2alpha1.DataUploadStatus) {
+			s.Phase, s.Node = velerov2alpha1.DataUploadPhasePrepared, "node-1"
+		})
 		g.Eventually(waiting(op), within, testSync).Should(Equal("True/NodeAgentBusy, waitingFor=NodeAgentBusy"))
 		g.Expect(waitingMessage(g, op)).To(And(ContainSubstring("loadConcurrency of 1"), ContainSubstring("1 ahead (DataUpload/"+ahead.Name+")")))
 
