@@ -163,7 +163,7 @@ func explainQueued(w io.Writer, s view.Snapshot, queue []velerov1api.Backup) {
 // phase, progress and rate.
 func operationHeading(op *itemopsv1alpha1.ItemOperation) string {
 	st := op.Status
-	parts := []string{fmt.Sprintf("%s (%s, %s)", op.Name, view.Printable(itemOf(op)), view.Printable(op.Spec.Plugin.Name)),
+	parts := []string{fmt.Sprintf("%s (%s, %s)", op.Name, view.Printable(view.ItemOf(op)), view.Printable(op.Spec.Plugin.Name)),
 		string(cmp.Or(st.Phase, itemopsv1alpha1.OperationPhaseNew))}
 	if st.Progress != "" {
 		parts = append(parts, view.Printable(st.Progress))
@@ -172,13 +172,6 @@ func operationHeading(op *itemopsv1alpha1.ItemOperation) string {
 		parts = append(parts, view.Printable(st.Throughput))
 	}
 	return strings.Join(parts, "  ")
-}
-
-func itemOf(op *itemopsv1alpha1.ItemOperation) string {
-	if op.Spec.Resource.Namespace == "" {
-		return op.Spec.Resource.Name
-	}
-	return op.Spec.Resource.Namespace + "/" + op.Spec.Resource.Name
 }
 
 // operationReasons are the lines that say why an operation is where it is.

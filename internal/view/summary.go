@@ -90,7 +90,7 @@ func ownedBy(p Parent, uid types.UID, ops []itemopsv1alpha1.ItemOperation) []ite
 		}
 	}
 	slices.SortFunc(owned, func(a, b itemopsv1alpha1.ItemOperation) int {
-		return cmp.Or(cmp.Compare(item(&a), item(&b)), cmp.Compare(a.Spec.Plugin.Name, b.Spec.Plugin.Name), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(ItemOf(&a), ItemOf(&b)), cmp.Compare(a.Spec.Plugin.Name, b.Spec.Plugin.Name), cmp.Compare(a.Name, b.Name))
 	})
 	return owned
 }
@@ -304,8 +304,8 @@ func stalled(op *itemopsv1alpha1.ItemOperation) bool {
 	return meta.IsStatusConditionTrue(op.Status.Conditions, itemopsv1alpha1.ConditionStalled)
 }
 
-// item is the operation's object as namespace/name.
-func item(op *itemopsv1alpha1.ItemOperation) string {
+// ItemOf is the operation's object as namespace/name.
+func ItemOf(op *itemopsv1alpha1.ItemOperation) string {
 	if op.Spec.Resource.Namespace == "" {
 		return op.Spec.Resource.Name
 	}

@@ -82,13 +82,7 @@ func (d *Driver) Serve(ctx context.Context, path string) error {
 			return err
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	l, err := net.Listen("unix", path)
+	l, err := listenUnix(path)
 	if err != nil {
 		return err
 	}
@@ -101,6 +95,18 @@ func (d *Driver) Serve(ctx context.Context, path string) error {
 		server.GracefulStop()
 	}()
 	return server.Serve(l)
+}
+
+// listenUnix listens on a Unix socket at path, in place of one a process
+// before left there.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	return net.Listen("unix", path)
 }
 
 // logCalls logs each call and its answer, secrets left out.

@@ -18,10 +18,7 @@ package csidriver
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -54,13 +51,7 @@ func Socket(registryDir, driver string) string {
 
 // Serve serves the registration API on the Unix socket at path until ctx ends.
 func (r *Registrar) Serve(ctx context.Context, path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	l, err := net.Listen("unix", path)
+	l, err := listenUnix(path)
 	if err != nil {
 		return err
 	}
