@@ -50,7 +50,6 @@ import (
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/controllers"
-	"github.com/itemops/itemops/test/csisim"
 	"github.com/itemops/itemops/test/plugins/sim"
 	scrapepkg "github.com/itemops/itemops/test/scrape"
 	"github.com/itemops/itemops/test/stack"
@@ -73,10 +72,11 @@ var managerPods = client.MatchingLabels{"app.kubernetes.io/name": "itemops", "ap
 
 // item is one object of an application namespace whose backup is an
 // asynchronous operation: a ConfigMap the sample data mover uploads, or a
-// PVC Velero's CSI data mover moves.
+// PVC (mib > 0) holding that many MiB of files, which Velero's CSI data
+// mover moves.
 type item struct {
 	name        string
-	pvc         bool
+	mib         int
 	size, speed string
 	failAt      int
 	// crashUnder makes the plugin process that this program (velero)
@@ -87,10 +87,9 @@ type item struct {
 // appNamespace creates a namespace holding the items.
 func appNamespace(ctx context.Context, name string, items ...item) {
 	Expect(s.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
-	standins := &csisim.Cluster{Client: s.Client, Driver: stack.Driver}
 	for _, it := range items {
-		if it.pvc {
-			Expect(standins.BoundPVC(ctx, name, it.name, it.size, map[string]string{csisim.AnnotationRate: it.speed})).To(Succeed())
+		if it.mib > 0 {
+			filledVolume(ctx, name, it.name, it.mib)
 			continue
 		}
 		annotations := map[string]string{sim.AnnotationSize: it.size, sim.AnnotationSpeed: it.speed}
@@ -384,7 +383,7 @@ func ordered(body func()) []any {
 }
 
 var _ = Describe("itemops installed by the README beside velero install", ordered(func() {
-	It("starts with the chart's defaults: one pod Ready through its probes, holding the lease, admitted as restricted", func(ctx SpecContext) {
+	It("starts with the chart's defaults: one pod Ready through its probes, holding the lease, meeting restricted", func(ctx SpecContext) {
 		Eventually(readyManagers).WithContext(ctx).WithTimeout(2 * time.Minute).Should(HaveLen(1))
 		pods := managers(Default)
 		Expect(pods).To(HaveLen(1))
@@ -408,9 +407,16 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		Expect(err).To(HaveOccurred(), "the copy over /plugins/velero succeeded: %s", out)
 		Expect(out).To(ContainSubstring("read-only file system"))
 		Eventually(leader).WithContext(ctx).WithTimeout(time.Minute).Should(Equal(pod.Name))
-		ns := &corev1.Namespace{}
-		Expect(s.Client.Get(ctx, client.ObjectKey{Name: stack.VeleroNamespace}, ns)).To(Succeed())
-		Expect(ns.Labels).To(HaveKeyWithValue("pod-security.kubernetes.io/enforce", "restricted"))
+		By("itemops' pods meet restricted in Velero's privileged namespace: only node-agent's do not")
+		install, err := os.ReadFile(filepath.Join(s.Root, "docs", "install.md"))
+		Expect(err).NotTo(HaveOccurred())
+		dryRun, err := stack.READMEBlock(install, "restricted-dry-run")
+		Expect(err).NotTo(HaveOccurred())
+		warnings := run(ctx, dryRun)
+		Expect(warnings).To(ContainSubstring(`violate the new PodSecurity enforce level "restricted`))
+		Expect(warnings).To(MatchRegexp(`node-agent-\w+`), "node-agent's pod (root, host paths) fails restricted")
+		Expect(warnings).NotTo(ContainSubstring(pod.Name))
+		Expect(warnings).NotTo(ContainSubstring("itemops"))
 
 		// The leader read Velero's release from its Deployment and ran the
 		// built-in plugins' velero binary inside its own container.
@@ -433,8 +439,8 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		appNamespace(ctx, "shop",
 			item{name: "orders", size: "8Gi", speed: "128Mi"},
 			item{name: "payments", size: "2Gi", speed: "64Mi", failAt: 50},
-			item{name: "data-0", pvc: true, size: "2Gi", speed: "64Mi"},
-			item{name: "data-1", pvc: true, size: "4Gi", speed: "64Mi"},
+			item{name: "data-0", mib: 24},
+			item{name: "data-1", mib: 40},
 		)
 		run(ctx, "velero backup create observed --include-namespaces shop --snapshot-move-data")
 		By("following the operations as they move")
@@ -449,6 +455,11 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 			"data-1":   csiBackupper + " Completed",
 		}))
 		Expect(cancelled(Default, operationsOf(Default, "Backup", "observed"))).To(BeEmpty())
+		By("the data mover's operations moved the volumes' bytes, as node-agent counted them")
+		for name, mib := range map[string]int64{"data-0": 24, "data-1": 40} {
+			op := operationsOf(Default, "Backup", "observed")[name]
+			Expect([]any{op.Status.NCompleted, op.Status.NTotal, op.Status.OperationUnits}).To(Equal([]any{mib << 20, mib << 20, "Bytes"}), name)
+		}
 		By("velero backup describe --details")
 		describe := run(ctx, "velero backup describe observed --details")
 		Expect(describe).To(And(
@@ -612,7 +623,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	It("manage mode: a Backup ends right after its leader pod is force-deleted mid-flight", func(ctx SpecContext) {
 		appNamespace(ctx, "inventory",
 			item{name: "stock", size: "6Gi", speed: "64Mi"},
-			item{name: "volume-0", pvc: true, size: "6Gi", speed: "64Mi"},
+			item{name: "volume-0", mib: 32},
 		)
 		run(ctx, "velero backup create managed --include-namespaces inventory --snapshot-move-data")
 		waitMoving(ctx, "Backup", "managed", 2)
@@ -653,7 +664,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	It("helm upgrade to a second image tag mid-flight rolls the pods, and the operations end right", func(ctx SpecContext) {
 		appNamespace(ctx, "billing",
 			item{name: "invoices", size: "6Gi", speed: "64Mi"},
-			item{name: "ledger", pvc: true, size: "6Gi", speed: "64Mi"},
+			item{name: "ledger", mib: 32},
 		)
 		run(ctx, "velero backup create upgraded --include-namespaces billing --snapshot-move-data")
 		waitMoving(ctx, "Backup", "upgraded", 2)
@@ -689,10 +700,12 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 			"data-0":   csiRestorer + " Completed",
 			"data-1":   csiRestorer + " Completed",
 		}))
+		By("the restored volumes hold the files written into the backed-up ones")
 		for _, name := range []string{"data-0", "data-1"} {
 			pvc := &corev1.PersistentVolumeClaim{}
 			Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: "shop-restored", Name: name}, pvc)).To(Succeed())
 			Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound), "restored PVC %s", name)
+			Expect(volumeSum(ctx, "shop-restored", name)).To(Equal(volumeSums["shop/"+name]), "restored volume %s", name)
 		}
 		Expect(watchExit(ctx, "restore", "restored")).To(Equal(1), "the exit code of a PartiallyFailed restore")
 	})

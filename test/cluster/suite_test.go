@@ -18,9 +18,12 @@ limitations under the License.
 // one-node Kubernetes on this machine (test/localcluster), beside Velero
 // installed by the real `velero install`, with `helm install
 // charts/itemops`, both by the README's own commands (test/stack), in a
-// namespace that enforces the restricted Pod Security Standard. Every image
-// is built here and imported; the bucket is versitygw in a pod, the CSI
-// snapshot controller and node-agent are csisim's stand-ins in pods.
+// namespace at the privileged Pod Security level node-agent needs, where
+// itemops' own pods meet restricted. Every image is built here and
+// imported; the bucket is versitygw in a pod; volumes are the project's CSI
+// driver's (test/csidriver) with the real snapshot controller,
+// external-provisioner and csi-snapshotter, and Velero's own node-agent
+// moves their bytes with kopia.
 //
 // It needs root and Debian's containerd, runc, containernetworking-plugins
 // and iptables (hack/cluster-packages.sh installs them); without them it
@@ -137,7 +140,7 @@ func diagnose() {
 	GinkgoWriter.Printf("=== the sample plugins' operations changed during the spec, and the calls each took\n%s\n", s.SampleCalls(specStart))
 	if artifacts := os.Getenv("ARTIFACTS"); artifacts != "" {
 		dir := filepath.Join(artifacts, "cluster-logs", "pods", fmt.Sprintf("spec-%d", CurrentSpecReport().LeafNodeLocation.LineNumber))
-		if err := s.SaveLogs(ctx, dir, stack.VeleroNamespace, stack.StorageNamespace, stack.StandinNamespace); err != nil {
+		if err := s.SaveLogs(ctx, dir, stack.VeleroNamespace, stack.StorageNamespace, stack.CSINamespace); err != nil {
 			GinkgoWriter.Printf("keeping the pods' logs: %v\n", err)
 		}
 		GinkgoWriter.Printf("every container's whole log: %s\n", dir)

@@ -33,6 +33,10 @@ limitations under the License.
 // DaemonSet), pkg/controller/data_upload_controller.go (the phases, and
 // AttemptDataUploadResume on a restart) and the restore finalizer (bound
 // volumes).
+//
+// They are stand-ins for the envtest suites (test/datamover, test/compat,
+// test/velerochaos, make demo); test/cluster runs the real snapshot
+// controller, a real CSI driver (test/csidriver) and Velero's node-agent.
 package csisim
 
 import (

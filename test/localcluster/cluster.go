@@ -164,6 +164,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	return c, nil
 }
 
+// KubeletDir is the kubelet's root directory (its --root-dir): the pods'
+// volumes and the plugins' sockets are under it, where a node's
+// /var/lib/kubelet would be.
+func (c *Cluster) KubeletDir() string { return c.path("kubelet") }
+
 func (c *Cluster) path(elem ...string) string {
 	return filepath.Join(append([]string{c.Dir}, elem...)...)
 }

@@ -50,6 +50,9 @@ type Image struct {
 	// Dirs are empty directories to create, mode 1777 when under /tmp and
 	// 0755 otherwise.
 	Dirs []string
+	// Home is an empty directory owned by User's numeric "uid:gid", mode
+	// 0755: the user's home, where programs keep their configuration.
+	Home string
 	// Entrypoint, Cmd, User, WorkingDir and Env are the config's.
 	Entrypoint, Cmd  []string
 	User, WorkingDir string
@@ -116,13 +119,25 @@ func (img Image) layer() ([]byte, error) {
 	for p := range img.Files {
 		addParents(p)
 	}
+	var uid, gid int
+	if img.Home != "" {
+		if _, err := fmt.Sscanf(img.User, "%d:%d", &uid, &gid); err != nil {
+			return nil, fmt.Errorf("image %s: a home needs a numeric user uid:gid, not %q", img.Ref, img.User)
+		}
+		dirs[img.Home] = 0o755
+		addParents(img.Home)
+	}
 	var names []string
 	for d := range dirs {
 		names = append(names, d)
 	}
 	sort.Strings(names)
 	for _, d := range names {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: dirs[d], ModTime: epoch}); err != nil {
+		h := &tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: dirs[d], ModTime: epoch}
+		if d == img.Home {
+			h.Uid, h.Gid = uid, gid
+		}
+		if err := tw.WriteHeader(h); err != nil {
 			return nil, err
 		}
 	}

@@ -35,8 +35,16 @@ const (
 	// SamplePluginsImage copies the sample plugins (test/plugins/sample)
 	// into /target, as a Velero plugin image does.
 	SamplePluginsImage = "itemops.io/sample-plugins:dev"
-	// StandinImage runs csisim's parts (test/csisim/standin).
-	StandinImage = "itemops.io/csi-standin:dev"
+	// The CSI parts: the project's test driver (test/csidriver), the
+	// snapshot controller, its csi-snapshotter sidecar and the
+	// external-provisioner sidecar, built here from their modules.
+	CSIDriverImage          = "itemops.io/csidriver:dev"
+	SnapshotControllerImage = "registry.k8s.io/sig-storage/snapshot-controller:v8.4.0"
+	CSISnapshotterImage     = "registry.k8s.io/sig-storage/csi-snapshotter:v8.4.0"
+	CSIProvisionerImage     = "registry.k8s.io/sig-storage/csi-provisioner:v5.3.0"
+	// VolumeFilesImage writes and sums a volume's files
+	// (test/volumefiles).
+	VolumeFilesImage = "itemops.io/volume-files:dev"
 	// ItemopsRepository is the chart's image repository.
 	ItemopsRepository = "ghcr.io/itemops/itemops"
 	// SamplePluginsBinary is the sample plugins' file in a plugin directory.
@@ -48,6 +56,9 @@ const (
 // Kubernetes binaries of hack/envtest-assets.sh.
 type Binaries struct {
 	Velero, AWSPlugin, AWSCopier, Versitygw, Helm string
+	// The CSI snapshot controller and its sidecar, and the
+	// external-provisioner.
+	SnapshotController, CSISnapshotter, CSIProvisioner string
 	// KubeDir holds kubectl and the cluster's binaries.
 	KubeDir string
 }
@@ -71,12 +82,14 @@ func FindBinaries(ctx context.Context, root string) (Binaries, error) {
 	for _, t := range []struct {
 		name string
 		into *string
-	}{{"velero", &b.Velero}, {"velero-plugin-for-aws", &b.AWSPlugin}, {"versitygw", &b.Versitygw}, {"helm", &b.Helm}} {
+	}{{"velero", &b.Velero}, {"velero-plugin-for-aws", &b.AWSPlugin}, {"versitygw", &b.Versitygw}, {"helm", &b.Helm},
+		{"snapshot-controller", &b.SnapshotController}, {"csi-provisioner", &b.CSIProvisioner}} {
 		if *t.into, err = run("cached-binary.sh", t.name); err != nil {
 			return b, err
 		}
 	}
 	b.AWSCopier = filepath.Join(filepath.Dir(b.AWSPlugin), "cp-plugin")
+	b.CSISnapshotter = filepath.Join(filepath.Dir(b.SnapshotController), "csi-snapshotter")
 	return b, nil
 }
 
@@ -111,13 +124,19 @@ func BuildImages(ctx context.Context, root, dir string, bins Binaries, itemopsTa
 	if err != nil {
 		return nil, err
 	}
-	standin, err := localcluster.BuildStatic(ctx, binDir, "./test/csisim/standin")
+	driver, err := localcluster.BuildStatic(ctx, binDir, "./test/csidriver/csidriver")
+	if err != nil {
+		return nil, err
+	}
+	volumeFiles, err := localcluster.BuildStatic(ctx, binDir, "./test/volumefiles")
 	if err != nil {
 		return nil, err
 	}
 	const nonroot = "65532:65532"
 	images := []localcluster.Image{
-		{Ref: VeleroImage, Files: map[string]string{"/velero": bins.Velero}, Dirs: []string{"/tmp", "/home/cnb"},
+		// Velero's own image runs as its user, whose home (where
+		// kopia keeps a repository's configuration) is its own.
+		{Ref: VeleroImage, Files: map[string]string{"/velero": bins.Velero}, Dirs: []string{"/tmp"}, Home: "/home/cnb",
 			User: nonroot, Env: []string{"HOME=/home/cnb"}},
 		{Ref: AWSPluginImage, Files: map[string]string{"/plugins/velero-plugin-for-aws": bins.AWSPlugin, "/bin/cp-plugin": bins.AWSCopier},
 			User: nonroot, Entrypoint: []string{"cp-plugin", "/plugins/velero-plugin-for-aws", "/target/velero-plugin-for-aws"}},
@@ -125,7 +144,16 @@ func BuildImages(ctx context.Context, root, dir string, bins Binaries, itemopsTa
 			User: nonroot, Entrypoint: []string{"/app/versitygw"}},
 		{Ref: SamplePluginsImage, Files: map[string]string{"/plugins/" + SamplePluginsBinary: sample, "/bin/cp-plugin": copier},
 			User: nonroot, Entrypoint: []string{"/bin/cp-plugin", "/plugins/" + SamplePluginsBinary, "/target/" + SamplePluginsBinary}},
-		{Ref: StandinImage, Files: map[string]string{"/standin": standin}, User: nonroot, Entrypoint: []string{"/standin"}},
+		// The driver mounts: it runs as root, privileged, as CSI node
+		// plugins do.
+		{Ref: CSIDriverImage, Files: map[string]string{"/csidriver": driver}, Entrypoint: []string{"/csidriver"}},
+		{Ref: SnapshotControllerImage, Files: map[string]string{"/snapshot-controller": bins.SnapshotController},
+			User: nonroot, Entrypoint: []string{"/snapshot-controller"}},
+		{Ref: CSISnapshotterImage, Files: map[string]string{"/csi-snapshotter": bins.CSISnapshotter},
+			Entrypoint: []string{"/csi-snapshotter"}},
+		{Ref: CSIProvisionerImage, Files: map[string]string{"/csi-provisioner": bins.CSIProvisioner},
+			Entrypoint: []string{"/csi-provisioner"}},
+		{Ref: VolumeFilesImage, Files: map[string]string{"/volumefiles": volumeFiles}, User: nonroot, Entrypoint: []string{"/volumefiles"}},
 	}
 	for _, img := range images {
 		tarball := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")

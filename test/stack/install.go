@@ -34,7 +34,7 @@ import (
 // working directory.
 const ValuesFile = "itemops-values.yaml"
 
-// Install brings up the bucket and the CSI stand-ins, then installs Velero
+// Install brings up the bucket and the CSI parts, then installs Velero
 // and itemops (observe mode, the chart's defaults) with the README's
 // commands, itemops' image being ItemopsRepository:itemopsTag.
 func (s *Stack) Install(ctx context.Context, itemopsTag string) error {
@@ -43,8 +43,8 @@ func (s *Stack) Install(ctx context.Context, itemopsTag string) error {
 		do   func(context.Context) error
 	}{
 		{"the bucket (versitygw)", s.Storage},
-		{"the CSI snapshot CRDs and controller stand-in", s.CSI},
-		{"Velero's namespace (restricted)", s.VeleroNamespace},
+		{"the CSI snapshot controller and driver", s.CSI},
+		{"Velero's namespace", s.VeleroNamespace},
 		{"velero install (README)", func(ctx context.Context) error { return s.RunREADME(ctx, "velero") }},
 		{"Velero adjusted to this machine", s.AdjustVelero},
 		{"Velero ready, its location Available", s.WaitVelero},
@@ -65,6 +65,9 @@ func (s *Stack) Install(ctx context.Context, itemopsTag string) error {
 // the default BackupStorageLocation to be Available.
 func (s *Stack) WaitVelero(ctx context.Context) error {
 	if err := s.WaitAvailable(ctx, VeleroNamespace, "velero", 3*time.Minute); err != nil {
+		return err
+	}
+	if err := s.WaitDaemonSet(ctx, VeleroNamespace, "node-agent", 3*time.Minute); err != nil {
 		return err
 	}
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {

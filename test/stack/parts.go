@@ -21,12 +21,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,11 +34,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
-	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
-
-	"github.com/itemops/itemops/test/csisim"
 	"github.com/itemops/itemops/test/s3"
 )
 
@@ -53,9 +48,6 @@ const (
 	// S3URL is the BackupStorageLocation's s3Url.
 	S3URL = "http://10.96.0.70:7070"
 )
-
-// StandinNamespace holds the CSI snapshot controller's stand-in.
-const StandinNamespace = "csi-standin"
 
 // sampleStateClaim is the PersistentVolumeClaim, in Velero's namespace,
 // of the directory the sample plugins keep their operations in, shared by
@@ -148,86 +140,19 @@ func (s *Stack) Storage(ctx context.Context) error {
 	return s.WaitAvailable(ctx, StorageNamespace, "versitygw", 2*time.Minute)
 }
 
-// CSI installs the CSI snapshot CRDs (Velero's install does not), the
-// StorageClass and VolumeSnapshotClass of the stand-ins' driver, and the
-// snapshot controller's stand-in as a Deployment with its own
-// ServiceAccount and ClusterRole.
-func (s *Stack) CSI(ctx context.Context) error {
-	files, err := csisim.CRDs(s.Root)
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.Unmarshal(data, crd); err != nil {
-			return fmt.Errorf("reading %s: %w", f, err)
-		}
-		if err := s.create(ctx, crd); err != nil {
-			return err
-		}
-	}
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		err := s.Client.List(ctx, &snapshotv1.VolumeSnapshotClassList{})
-		return err == nil, nil
-	}); err != nil {
-		return fmt.Errorf("waiting for the CSI snapshot CRDs: %w", err)
-	}
-	sim := &csisim.Cluster{Client: s.Client, Driver: Driver}
-	if err := sim.StorageClasses(ctx); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	labels := map[string]string{"app": "snapshot-controller"}
-	objs := []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: StandinNamespace}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "snapshot-controller", Namespace: StandinNamespace}},
-		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "itemops-csi-standin-snapshot-controller"}, Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshots", "volumesnapshots/status", "volumesnapshotcontents", "volumesnapshotcontents/status", "volumesnapshotclasses"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
-			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims", "persistentvolumes"}, Verbs: []string{"get", "list", "watch"}},
-		}},
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "itemops-csi-standin-snapshot-controller"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "itemops-csi-standin-snapshot-controller"},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "snapshot-controller", Namespace: StandinNamespace}}},
-		&appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: "snapshot-controller", Namespace: StandinNamespace},
-			Spec: appsv1.DeploymentSpec{
-				Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec: corev1.PodSpec{
-						ServiceAccountName: "snapshot-controller",
-						SecurityContext:    restrictedPod(),
-						Containers: []corev1.Container{{
-							Name: "snapshot-controller", Image: StandinImage, ImagePullPolicy: corev1.PullNever,
-							Args:            []string{"--role=" + string(csisim.RoleSnapshotController), "--namespace=" + VeleroNamespace, "--driver=" + Driver},
-							SecurityContext: restrictedContainer(),
-						}},
-					},
-				},
-			},
-		},
-	}
-	if err := s.create(ctx, objs...); err != nil {
-		return err
-	}
-	return s.WaitAvailable(ctx, StandinNamespace, "snapshot-controller", 2*time.Minute)
-}
-
-// VeleroNamespace creates Velero's namespace enforcing the restricted Pod
-// Security Standard, before `velero install` (which keeps an existing
-// namespace), and the volume the sample plugins share.
+// VeleroNamespace creates Velero's namespace as `velero install` labels
+// it, at the privileged Pod Security level that node-agent's host paths
+// need (`velero install` keeps an existing namespace), and the volume the
+// sample plugins share.
 func (s *Stack) VeleroNamespace(ctx context.Context) error {
 	dir, err := s.sharedDir("sample-state")
 	if err != nil {
 		return err
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: VeleroNamespace, Labels: map[string]string{
-		"pod-security.kubernetes.io/enforce": "restricted",
-		"pod-security.kubernetes.io/warn":    "restricted",
+		"pod-security.kubernetes.io/enforce": "privileged",
+		"pod-security.kubernetes.io/audit":   "privileged",
+		"pod-security.kubernetes.io/warn":    "privileged",
 	}}}
 	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: "itemops-sample-plugin-state"},
@@ -262,12 +187,11 @@ func sampleState() (corev1.Volume, corev1.VolumeMount, corev1.EnvVar) {
 		corev1.EnvVar{Name: "ITEMOPS_SAMPLE_STATE_DIR", Value: sampleStateMount}
 }
 
-// AdjustVelero makes what `velero install` made fit this machine and the
-// namespace: the sample plugins added with `velero plugin add`; every
-// container of Velero's pod under the restricted Pod Security Standard
-// (`velero install` sets no securityContext) and the sample plugins'
-// directory mounted; node-agent's container replaced by its stand-in
-// (there is no real volume to move), in Velero's DaemonSet.
+// AdjustVelero makes what `velero install` made fit this machine: the
+// sample plugins added with `velero plugin add`, and their directory
+// mounted into Velero's pod; node-agent's host paths moved to this
+// kubelet's root directory (`velero install --kubelet-root-dir` would do the
+// same; the README's command is a node's with /var/lib/kubelet).
 func (s *Stack) AdjustVelero(ctx context.Context) error {
 	if _, err := s.Run(ctx, "velero plugin add --confirm "+SamplePluginsImage); err != nil {
 		return err
@@ -279,13 +203,8 @@ func (s *Stack) AdjustVelero(ctx context.Context) error {
 			return err
 		}
 		spec := &deploy.Spec.Template.Spec
-		spec.SecurityContext = restrictedPod()
-		for i := range spec.InitContainers {
-			spec.InitContainers[i].SecurityContext = restrictedContainer()
-		}
 		for i := range spec.Containers {
 			c := &spec.Containers[i]
-			c.SecurityContext = restrictedContainer()
 			if c.Name == "velero" {
 				c.VolumeMounts = append(c.VolumeMounts, mount)
 				c.Env = append(c.Env, env)
@@ -302,20 +221,16 @@ func (s *Stack) AdjustVelero(ctx context.Context) error {
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: VeleroNamespace, Name: "node-agent"}, ds); err != nil {
 			return err
 		}
-		pod := &ds.Spec.Template.Spec
-		pod.SecurityContext = restrictedPod()
-		pod.Volumes = nil
-		pod.InitContainers = nil
-		pod.Containers = []corev1.Container{{
-			Name: "node-agent", Image: StandinImage, ImagePullPolicy: corev1.PullNever,
-			Args:            []string{"--role=" + string(csisim.RoleNodeAgent), "--namespace=" + VeleroNamespace, "--driver=" + Driver},
-			Env:             []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
-			SecurityContext: restrictedContainer(),
-		}}
+		for i := range ds.Spec.Template.Spec.Volumes {
+			v := &ds.Spec.Template.Spec.Volumes[i]
+			if v.HostPath != nil && strings.HasPrefix(v.HostPath.Path, "/var/lib/kubelet/") {
+				v.HostPath.Path = filepath.Join(s.Cluster.KubeletDir(), strings.TrimPrefix(v.HostPath.Path, "/var/lib/kubelet/"))
+			}
+		}
 		return s.Client.Update(ctx, ds)
 	})
 	if err != nil {
-		return fmt.Errorf("replacing node-agent by its stand-in: %w", err)
+		return fmt.Errorf("moving node-agent's host paths to the kubelet's root directory: %w", err)
 	}
 	return nil
 }

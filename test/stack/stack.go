@@ -18,9 +18,11 @@ limitations under the License.
 // (test/localcluster) the way their users do: the commands of the README's
 // install section, run as written (`velero install`, `helm install`,
 // `kubectl patch`), around what a test machine lacks: an S3-compatible
-// bucket (versitygw in a pod behind a Service), the CSI snapshot controller
-// and node-agent (csisim's stand-ins, in pods), and a directory the sample
-// plugins share between Velero's pod and itemops' (a PersistentVolume).
+// bucket (versitygw in a pod behind a Service), storage with snapshots (the
+// CSI snapshot controller, external-provisioner and csi-snapshotter built
+// from their modules, and the project's test driver, test/csidriver), and a
+// directory the sample plugins share between Velero's pod and itemops' (a
+// PersistentVolume). Velero's own node-agent moves the volumes' bytes.
 //
 // test/cluster and `make cluster` use it.
 package stack
@@ -53,8 +55,8 @@ import (
 
 // Where things are.
 const (
-	// VeleroNamespace is Velero's and itemops', enforcing the restricted
-	// Pod Security Standard.
+	// VeleroNamespace is Velero's and itemops', at the privileged Pod
+	// Security level node-agent needs.
 	VeleroNamespace = "velero"
 	// Release is itemops' helm release.
 	Release = "itemops"
@@ -62,7 +64,7 @@ const (
 	Bucket = "velero"
 	// Region is the only region versitygw accepts.
 	Region = "us-east-1"
-	// Driver is the CSI driver the stand-ins play.
+	// Driver is the CSI driver's name (test/csidriver).
 	Driver = "csi.itemops.io"
 )
 
