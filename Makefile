@@ -68,19 +68,21 @@ ARTIFACTS ?= $(CURDIR)/_artifacts
 .PHONY: test
 test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suites included (LABELS=, FOCUS= run a subset; JUnit reports in _artifacts/).
 	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws, velero,
-	@# versitygw, helm) are built once per machine, and the pinned promtool and
-	@# image builder compiled; build them while the checks run.
+	@# versitygw, helm, the CSI snapshot controller and external-provisioner)
+	@# are built once per machine, and the pinned promtool and image builder
+	@# compiled; build them while the checks run.
 	assets_out="$$(mktemp)"; trap 'rm -f "$$assets_out"' EXIT; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
 	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \
 	  hack/cached-binary.sh versitygw > /dev/null & s3=$$!; \
 	  hack/cached-binary.sh helm > /dev/null & helm=$$!; \
+	  { hack/cached-binary.sh snapshot-controller && hack/cached-binary.sh csi-provisioner; } > /dev/null & csi=$$!; \
 	  hack/envtest-assets.sh > "$$assets_out" & assets=$$!; \
 	  go -C hack/tools/prometheus build -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
 	  go -C hack/tools/image build -o /dev/null . & image=$$!; \
 	  hack/cluster-packages.sh & packages=$$!; \
 	  $(MAKE) --no-print-directory verify vet; \
-	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$assets; wait $$promtool; wait $$image; wait $$packages; \
+	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$csi; wait $$assets; wait $$promtool; wait $$image; wait $$packages; \
 	  KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh
 
 .PHONY: test-e2e

@@ -43,7 +43,9 @@ func (c Cause) Message() string {
 	if c.Action == "" {
 		return c.Evidence
 	}
-	return c.Evidence + ". " + c.Action
+	// Evidence may end with a message that ends its own sentence (the
+	// scheduler's does).
+	return strings.TrimSuffix(c.Evidence, ".") + ". " + c.Action
 }
 
 // Data movement phases, shared by DataUploads and DataDownloads.
@@ -139,6 +141,11 @@ func snapshotCause(m Movement) *Cause {
 		return nil
 	}
 	where := vs.Namespace + "/" + vs.Name
+	if vs.Status != nil && vs.Status.ReadyToUse != nil && *vs.Status.ReadyToUse {
+		// Ready: an error it had on the way (a failed check the driver
+		// later passed) holds nothing.
+		return nil
+	}
 	if vs.Status != nil && vs.Status.Error != nil && vs.Status.Error.Message != nil && *vs.Status.Error.Message != "" {
 		return &Cause{
 			Reason:   itemopsv1alpha1.WaitingSnapshotFailed,
@@ -147,15 +154,12 @@ func snapshotCause(m Movement) *Cause {
 				"Velero fails the %s when node-agent's prepare timeout (30m by default) passes", vs.Namespace, vs.Name, m.Kind),
 		}
 	}
-	if vs.Status == nil || vs.Status.ReadyToUse == nil || !*vs.Status.ReadyToUse {
-		return &Cause{
-			Reason:   itemopsv1alpha1.WaitingSnapshotNotReady,
-			Evidence: fmt.Sprintf("VolumeSnapshot %s of %s %s is not ready to use", where, m.Kind, m.Name),
-			Action: fmt.Sprintf("The CSI driver is still cutting or copying the snapshot; if it stays so, look at kubectl -n %s describe volumesnapshot %s "+
-				"and the snapshot controller's and csi-snapshotter's logs", vs.Namespace, vs.Name),
-		}
+	return &Cause{
+		Reason:   itemopsv1alpha1.WaitingSnapshotNotReady,
+		Evidence: fmt.Sprintf("VolumeSnapshot %s of %s %s is not ready to use", where, m.Kind, m.Name),
+		Action: fmt.Sprintf("The CSI driver is still cutting or copying the snapshot; if it stays so, look at kubectl -n %s describe volumesnapshot %s "+
+			"and the snapshot controller's and csi-snapshotter's logs", vs.Namespace, vs.Name),
 	}
-	return nil
 }
 
 func volumeCause(m Movement) *Cause {

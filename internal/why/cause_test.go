@@ -93,6 +93,8 @@ func TestDiagnose(t *testing.T) {
 			says: []string{"failed: out of snapshot reserve"}},
 		{name: "accepted, snapshot ready, nothing else yet",
 			edit: func(m *Movement) { m.Phase, m.Snapshot = phaseAccepted, snapshot(true, "") }},
+		{name: "accepted, snapshot ready after a check that failed: the old error holds nothing",
+			edit: func(m *Movement) { m.Phase, m.Snapshot = phaseAccepted, snapshot(true, "out of snapshot reserve") }},
 		{name: "accepted, volume pending without complaint",
 			edit: func(m *Movement) { m.Phase, m.Volume = phaseAccepted, pending }},
 		{name: "accepted, volume not provisioned: the latest warning", reason: itemopsv1alpha1.WaitingVolumeNotProvisioned,
@@ -227,5 +229,16 @@ func TestConcurrency(t *testing.T) {
 				t.Errorf("Concurrency = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestMessageEndsOneSentenceOnce(t *testing.T) {
+	for evidence, want := range map[string]string{
+		"0/1 nodes are available: 1 node(s) had untolerated taint(s).": "0/1 nodes are available: 1 node(s) had untolerated taint(s). Remove the taint",
+		"pod p cannot be scheduled":                                    "pod p cannot be scheduled. Remove the taint",
+	} {
+		if got := (Cause{Evidence: evidence, Action: "Remove the taint"}).Message(); got != want {
+			t.Errorf("Message() = %q, want %q", got, want)
+		}
 	}
 }

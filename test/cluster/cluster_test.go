@@ -710,6 +710,8 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		Expect(watchExit(ctx, "restore", "restored")).To(Equal(1), "the exit code of a PartiallyFailed restore")
 	})
 
+	whyOperationsWait()
+
 	It("manage -> observe by docs/velero.md's commands, a Backup counted by itemops in flight", func(ctx SpecContext) {
 		inFlight(ctx, "switch-2", "to-observe")
 		Expect(s.RunDoc(ctx, "docs/velero.md", "to-observe")).To(Succeed())

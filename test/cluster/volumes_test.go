@@ -14,7 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-
 package cluster
 
 import (
@@ -104,7 +103,9 @@ func volumePod(ctx context.Context, namespace, name, claim string, args ...strin
 		}
 		return pod.Status.Phase
 	}).WithContext(ctx).WithTimeout(3*time.Minute).Should(Equal(corev1.PodSucceeded),
-		func() string { return fmt.Sprintf("pod %s/%s: %s", namespace, name, s.Diagnose(context.WithoutCancel(ctx), namespace)) })
+		func() string {
+			return fmt.Sprintf("pod %s/%s: %s", namespace, name, s.Diagnose(context.WithoutCancel(ctx), namespace))
+		})
 	Expect(s.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
 	Eventually(func() bool {
 		return apierrors.IsNotFound(s.Client.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}))

@@ -140,6 +140,9 @@ func (d *Driver) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (
 		if snap == nil {
 			return nil, status.Errorf(codes.NotFound, "snapshot %s not found", fromSnapshot)
 		}
+		if snap.Pending {
+			return nil, status.Errorf(codes.Unavailable, "snapshot %s is not ready", fromSnapshot)
+		}
 		if snap.Capacity > capacity {
 			return nil, status.Errorf(codes.OutOfRange, "snapshot %s holds %d bytes, more than %d", fromSnapshot, snap.Capacity, capacity)
 		}
@@ -202,7 +205,9 @@ func (d *Driver) ValidateVolumeCapabilities(_ context.Context, req *csi.Validate
 }
 
 // CreateSnapshot implements csi.ControllerServer: a copy of the volume's
-// directory, ready at once.
+// directory, ready at once; or, while the volume's fail-snapshot file
+// exists, cut but not ready, and failing at every later call until the
+// file is gone (see the package's doc).
 func (d *Driver) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "a name is required")
@@ -220,6 +225,15 @@ func (d *Driver) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotReques
 		if existing.Source != req.GetSourceVolumeId() {
 			return nil, status.Errorf(codes.AlreadyExists, "snapshot %s exists of another volume", req.GetName())
 		}
+		if existing.Pending {
+			if msg := d.failure(existing.Source); msg != "" {
+				return nil, status.Error(codes.Internal, msg)
+			}
+			existing.Pending = false
+			if err := d.write(snapshotsDir, existing); err != nil {
+				return nil, err
+			}
+		}
 		return &csi.CreateSnapshotResponse{Snapshot: snapshot(existing)}, nil
 	}
 	volume, err := d.read(volumesDir, req.GetSourceVolumeId())
@@ -229,10 +243,8 @@ func (d *Driver) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotReques
 	if volume == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetSourceVolumeId())
 	}
-	if msg := d.failure(volume.ID); msg != "" {
-		return nil, status.Error(codes.Internal, msg)
-	}
-	r := &record{ID: uuid.NewString(), Name: req.GetName(), Capacity: volume.Capacity, Source: volume.ID, Created: time.Now().UnixNano()}
+	r := &record{ID: uuid.NewString(), Name: req.GetName(), Capacity: volume.Capacity, Source: volume.ID, Created: time.Now().UnixNano(),
+		Pending: d.failure(volume.ID) != ""}
 	if err := os.MkdirAll(d.path(snapshotsDir, r.ID), 0o755); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating snapshot %s: %v", r.ID, err)
 	}
@@ -248,7 +260,7 @@ func (d *Driver) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotReques
 
 func snapshot(r *record) *csi.Snapshot {
 	return &csi.Snapshot{SnapshotId: r.ID, SourceVolumeId: r.Source, SizeBytes: r.Capacity,
-		CreationTime: timestamppb.New(time.Unix(0, r.Created)), ReadyToUse: true}
+		CreationTime: timestamppb.New(time.Unix(0, r.Created)), ReadyToUse: !r.Pending}
 }
 
 // DeleteSnapshot implements csi.ControllerServer; a snapshot that is not there is deleted.

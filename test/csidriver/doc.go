@@ -23,7 +23,11 @@ limitations under the License.
 // sanity suite; the snapshot controller, csi-snapshotter and
 // external-provisioner drive it in a cluster as they drive any driver.
 //
-// A volume's CreateSnapshot can be made to fail, as a driver whose storage
-// refuses: while the file fail-snapshot/<volume ID> exists under the
-// driver's root, CreateSnapshot of that volume fails with its content.
+// A volume's snapshot can be made to fail after it was cut, as a cloud
+// snapshot whose copy fails: while the file fail-snapshot/<volume ID>
+// exists under the driver's root, a new snapshot of that volume is cut (its
+// ID given) but not ready to use, and each later CreateSnapshot of it, by
+// which csi-snapshotter asks whether it became ready, fails with the file's
+// content; once the file is gone, the next call makes it ready. A volume is
+// not made from a snapshot that is not ready.
 package csidriver

@@ -67,6 +67,9 @@ type record struct {
 	Source string `json:"source,omitempty"`
 	// Created is a snapshot's creation, in Unix nanoseconds.
 	Created int64 `json:"created,omitempty"`
+	// Pending is a snapshot cut while its volume's fail-snapshot file
+	// existed: not ready to use.
+	Pending bool `json:"pending,omitempty"`
 }
 
 const (

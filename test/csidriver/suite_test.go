@@ -90,7 +90,7 @@ var _ = Describe("The tests' CSI driver, beyond the sanity suite", func() {
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}
 
-	It("a snapshot is a copy of the volume's files, a volume made from it holds them, and a refused volume's snapshots fail until allowed", func() {
+	It("a snapshot is a copy of the volume's files, a volume made from it holds them, and a failing volume's snapshot is cut but not ready until allowed", func() {
 		ctx := context.Background()
 		conn := connect()
 		controller, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
@@ -107,17 +107,31 @@ var _ = Describe("The tests' CSI driver, beyond the sanity suite", func() {
 		Expect(os.WriteFile(filepath.Join(target, "blob"), data, 0o644)).To(Succeed())
 		want := sum(filepath.Join(target, "blob"))
 
-		By("refused while the fail-snapshot file names the volume")
+		By("cut but not ready, and failing, while the fail-snapshot file names the volume")
 		failFile := filepath.Join(driver.Root, failSnapshotDir, vol.Volume.VolumeId)
 		Expect(os.WriteFile(failFile, []byte("the array is out of snapshot reserve\n"), 0o644)).To(Succeed())
+		snap, err := controller.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: vol.Volume.VolumeId})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(snap.Snapshot.ReadyToUse).To(BeFalse())
+		Expect(snap.Snapshot.SnapshotId).NotTo(BeEmpty())
 		_, err = controller.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: vol.Volume.VolumeId})
 		Expect(status.Code(err)).To(Equal(codes.Internal))
 		Expect(status.Convert(err).Message()).To(Equal("the array is out of snapshot reserve"))
+		listed, err := controller.ListSnapshots(ctx, &csi.ListSnapshotsRequest{SnapshotId: snap.Snapshot.SnapshotId})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(listed.Entries).To(HaveLen(1))
+		Expect(listed.Entries[0].Snapshot.ReadyToUse).To(BeFalse())
+		_, err = controller.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "too-soon", VolumeCapabilities: []*csi.VolumeCapability{mount},
+			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+				Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}})
+		Expect(status.Code(err)).To(Equal(codes.Unavailable), "no volume from a snapshot that is not ready")
 		Expect(os.Remove(failFile)).To(Succeed())
 
-		snap, err := controller.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: vol.Volume.VolumeId})
+		By("ready at the next call once the file is gone")
+		ready, err := controller.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: vol.Volume.VolumeId})
 		Expect(err).NotTo(HaveOccurred())
-		Expect(snap.Snapshot.ReadyToUse).To(BeTrue())
+		Expect(ready.Snapshot.ReadyToUse).To(BeTrue())
+		Expect(ready.Snapshot.SnapshotId).To(Equal(snap.Snapshot.SnapshotId))
 		// Later writes to the volume are not in the snapshot.
 		Expect(os.WriteFile(filepath.Join(target, "blob"), []byte("changed"), 0o644)).To(Succeed())
 

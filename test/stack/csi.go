@@ -14,7 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-
 package stack
 
 import (
@@ -198,7 +197,7 @@ func (s *Stack) snapshotController() []client.Object {
 					SecurityContext:    restrictedPod(),
 					Containers: []corev1.Container{{
 						Name: "snapshot-controller", Image: SnapshotControllerImage, ImagePullPolicy: corev1.PullNever,
-						Args:            []string{"--v=2", "--leader-election=false", "--retry-interval-max=30s"},
+						Args:            []string{"--v=2", "--leader-election=false", "--retry-interval-max=10s"},
 						SecurityContext: restrictedContainer(),
 					}},
 				},
@@ -271,7 +270,9 @@ func (s *Stack) csiNodePlugin() []client.Object {
 							},
 						},
 						sidecar("csi-provisioner", CSIProvisionerImage),
-						sidecar("csi-snapshotter", CSISnapshotterImage),
+						// A snapshot the driver failed to make ready is asked
+						// again within seconds of its fix, not minutes.
+						sidecar("csi-snapshotter", CSISnapshotterImage, "--retry-interval-max=10s"),
 					},
 					Volumes: []corev1.Volume{
 						hostPath("socket-dir", socketDir, corev1.HostPathDirectoryOrCreate),

@@ -45,6 +45,8 @@ const (
 	// VolumeFilesImage writes and sums a volume's files
 	// (test/volumefiles).
 	VolumeFilesImage = "itemops.io/volume-files:dev"
+	// ThrottleImage is a TCP proxy of limited rate (test/throttle).
+	ThrottleImage = "itemops.io/throttle:dev"
 	// ItemopsRepository is the chart's image repository.
 	ItemopsRepository = "ghcr.io/itemops/itemops"
 	// SamplePluginsBinary is the sample plugins' file in a plugin directory.
@@ -132,6 +134,10 @@ func BuildImages(ctx context.Context, root, dir string, bins Binaries, itemopsTa
 	if err != nil {
 		return nil, err
 	}
+	throttle, err := localcluster.BuildStatic(ctx, binDir, "./test/throttle")
+	if err != nil {
+		return nil, err
+	}
 	const nonroot = "65532:65532"
 	images := []localcluster.Image{
 		// Velero's own image runs as its user, whose home (where
@@ -154,6 +160,7 @@ func BuildImages(ctx context.Context, root, dir string, bins Binaries, itemopsTa
 		{Ref: CSIProvisionerImage, Files: map[string]string{"/csi-provisioner": bins.CSIProvisioner},
 			Entrypoint: []string{"/csi-provisioner"}},
 		{Ref: VolumeFilesImage, Files: map[string]string{"/volumefiles": volumeFiles}, User: nonroot, Entrypoint: []string{"/volumefiles"}},
+		{Ref: ThrottleImage, Files: map[string]string{"/throttle": throttle}, User: nonroot, Entrypoint: []string{"/throttle"}},
 	}
 	for _, img := range images {
 		tarball := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")

@@ -47,6 +47,14 @@ const (
 	s3Port           = 7070
 	// S3URL is the BackupStorageLocation's s3Url.
 	S3URL = "http://10.96.0.70:7070"
+	// SlowS3URL reaches the same server through a link of SlowRate bytes
+	// per second (test/throttle), for a location whose data movements last:
+	// its bucket is SlowBucket (a location without a prefix refuses a
+	// bucket holding anything but its own directories).
+	SlowS3URL    = "http://10.96.0.71:7070"
+	SlowBucket   = "velero-slow"
+	slowServerIP = "10.96.0.71"
+	SlowRate     = 1 << 20
 )
 
 // sampleStateClaim is the PersistentVolumeClaim, in Velero's namespace,
@@ -92,17 +100,20 @@ func (s *Stack) create(ctx context.Context, objs ...client.Object) error {
 	return nil
 }
 
-// Storage runs versitygw with the bucket, behind its Service.
+// Storage runs versitygw with the bucket, behind its Service, and the slow
+// link to it (SlowS3URL).
 func (s *Stack) Storage(ctx context.Context) error {
 	data, err := s.sharedDir("s3")
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(data, Bucket), 0o777); err != nil {
-		return err
-	}
-	if err := os.Chmod(filepath.Join(data, Bucket), 0o777); err != nil {
-		return err
+	for _, bucket := range []string{Bucket, SlowBucket} {
+		if err := os.MkdirAll(filepath.Join(data, bucket), 0o777); err != nil {
+			return err
+		}
+		if err := os.Chmod(filepath.Join(data, bucket), 0o777); err != nil {
+			return err
+		}
 	}
 	labels := map[string]string{"app": "versitygw"}
 	deploy := &appsv1.Deployment{
@@ -134,10 +145,40 @@ func (s *Stack) Storage(ctx context.Context) error {
 		Spec: corev1.ServiceSpec{ClusterIP: s3ServiceIP, Selector: labels,
 			Ports: []corev1.ServicePort{{Name: "s3", Port: s3Port, TargetPort: intstr.FromString("s3")}}},
 	}
-	if err := s.create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: StorageNamespace}}, deploy, svc); err != nil {
+	slowLabels := map[string]string{"app": "slow-link"}
+	slow := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "slow-link", Namespace: StorageNamespace},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: slowLabels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: slowLabels},
+				Spec: corev1.PodSpec{
+					SecurityContext: restrictedPod(),
+					Containers: []corev1.Container{{
+						Name: "throttle", Image: ThrottleImage, ImagePullPolicy: corev1.PullNever,
+						Args: []string{fmt.Sprintf("--listen=:%d", s3Port), fmt.Sprintf("--to=%s:%d", s3ServiceIP, s3Port),
+							fmt.Sprintf("--rate=%d", SlowRate)},
+						Ports:           []corev1.ContainerPort{{Name: "s3", ContainerPort: s3Port}},
+						SecurityContext: restrictedContainer(),
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(s3Port)}},
+							PeriodSeconds: 1},
+					}},
+				},
+			},
+		},
+	}
+	slowSvc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "slow-link", Namespace: StorageNamespace},
+		Spec: corev1.ServiceSpec{ClusterIP: slowServerIP, Selector: slowLabels,
+			Ports: []corev1.ServicePort{{Name: "s3", Port: s3Port, TargetPort: intstr.FromString("s3")}}},
+	}
+	if err := s.create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: StorageNamespace}}, deploy, svc, slow, slowSvc); err != nil {
 		return err
 	}
-	return s.WaitAvailable(ctx, StorageNamespace, "versitygw", 2*time.Minute)
+	if err := s.WaitAvailable(ctx, StorageNamespace, "versitygw", 2*time.Minute); err != nil {
+		return err
+	}
+	return s.WaitAvailable(ctx, StorageNamespace, "slow-link", 2*time.Minute)
 }
 
 // VeleroNamespace creates Velero's namespace as `velero install` labels

@@ -14,7 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-
 // Command volumefiles fills a volume with files of pseudo-random bytes, or
 // sums a volume's files, in a pod of the real-node suite: what a Backup
 // moves and what its restore must give back.

@@ -14,7 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-
 // Package files writes a directory of files of pseudo-random bytes and sums
 // a directory tree: the data of the real-node suite's volumes.
 package files

@@ -1,0 +1,332 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	velerov2alpha1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/controllers"
+	"github.com/itemops/itemops/test/localcluster"
+	"github.com/itemops/itemops/test/stack"
+)
+
+// settle is what the status write, the caches and the test's own reads add
+// to the two polls (pollInterval) within which a cause shows once the
+// cluster shows it, on a loaded machine.
+const settle = 30 * time.Second
+
+// causeShown waits until the cluster itself shows what holds a parent's
+// data movement (held, the test's own reading of the objects, while an
+// ItemOperation of the parent exists), then until one of the parent's
+// operations (the one of item, or any when item is "") says it waits for
+// reason with evidence matching: within two polls. It returns that
+// operation.
+func causeShown(ctx context.Context, kind, parent, item, reason, evidence string, held func(g Gomega)) itemopsv1alpha1.ItemOperation {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		ops := operationsOf(g, kind, parent)
+		g.Expect(ops).NotTo(BeEmpty(), "the %s's ItemOperations", kind)
+		if item != "" {
+			g.Expect(ops).To(HaveKey(item))
+		}
+		held(g)
+	}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "the cluster showing what holds %s %s", kind, parent)
+	since := time.Now()
+	var waiting itemopsv1alpha1.ItemOperation
+	Eventually(func(g Gomega) {
+		var shown []string
+		for name, op := range operationsOf(g, kind, parent) {
+			c := apimeta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionWaiting)
+			if item != "" && name != item {
+				continue
+			}
+			if c == nil {
+				shown = append(shown, name+": no Waiting condition")
+				continue
+			}
+			shown = append(shown, fmt.Sprintf("%s: %s %s: %s", name, c.Status, c.Reason, c.Message))
+			if c.Status == metav1.ConditionTrue && c.Reason == reason && op.Status.WaitingFor == reason && regexp.MustCompile(evidence).MatchString(c.Message) {
+				waiting = op
+				return
+			}
+		}
+		g.Expect(shown).To(BeNil(), "no operation waits for %s (%s) yet", reason, evidence)
+		g.Expect(shown).NotTo(BeNil(), "no operation of %s %s", kind, parent)
+	}).WithContext(ctx).WithTimeout(2*pollInterval+settle).WithPolling(time.Second).Should(Succeed(),
+		"an operation of %s %s waiting for %s within two polls", kind, parent, reason)
+	GinkgoWriter.Printf("%s shown on %s %s after the cluster showed it (the guarantee: %s)\n", reason, waiting.Name,
+		time.Since(since).Round(time.Second), 2*pollInterval)
+	return waiting
+}
+
+// waitEnds waits until the operations that waited no longer wait and
+// completed, each with one Waiting Event for its cause (not one per poll),
+// and the parent ended as want.
+func waitEnds(ctx context.Context, kind, parent string, want string, waited map[string]string) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) map[string]string {
+		out := map[string]string{}
+		for _, op := range operationsOf(g, kind, parent) {
+			if _, ok := waited[op.Name]; !ok {
+				continue
+			}
+			c := apimeta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionWaiting)
+			g.Expect(c).NotTo(BeNil(), op.Name)
+			out[op.Name] = fmt.Sprintf("%s %s waitingFor=%q", op.Status.Phase, c.Status, op.Status.WaitingFor)
+		}
+		return out
+	}).WithContext(ctx).WithTimeout(4 * time.Minute).Should(And(HaveLen(len(waited)),
+		HaveEach(Equal(`Completed False waitingFor=""`))))
+	Eventually(func(g Gomega) string { return parentPhase(g, kind, parent) }).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(want))
+	for name, reason := range waited {
+		Expect(waitingEvents(ctx, name)).To(Equal(map[string]int{reason: 1}), "one Waiting Event for %s's cause", name)
+	}
+}
+
+func parentPhase(g Gomega, kind, name string) string {
+	if kind == "Restore" {
+		r := &velerov1api.Restore{}
+		g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: name}, r)).To(Succeed())
+		return string(r.Status.Phase)
+	}
+	return string(getBackup(g, name).Status.Phase)
+}
+
+// waitingEvents counts the Waiting Events of an ItemOperation by cause.
+func waitingEvents(ctx context.Context, operation string) map[string]int {
+	GinkgoHelper()
+	events := &corev1.EventList{}
+	Expect(s.Client.List(ctx, events, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+	out := map[string]int{}
+	for _, e := range events.Items {
+		if e.InvolvedObject.Kind != "ItemOperation" || e.InvolvedObject.Name != operation || e.Reason != string(controllers.EventWaiting) {
+			continue
+		}
+		cause, _, _ := strings.Cut(e.Message, ":")
+		out[cause] += max(int(e.Count), 1)
+	}
+	return out
+}
+
+// movements are the DataUploads of a Backup, or the DataDownloads of a
+// Restore, as Velero labels them: phase by name.
+func movements(g Gomega, kind, parent string) map[string]string {
+	out := map[string]string{}
+	if kind == "Restore" {
+		list := &velerov2alpha1.DataDownloadList{}
+		g.Expect(s.Client.List(context.Background(), list, client.InNamespace(stack.VeleroNamespace),
+			client.MatchingLabels{velerov1api.RestoreNameLabel: parent})).To(Succeed())
+		for _, d := range list.Items {
+			out[d.Name] = string(d.Status.Phase)
+		}
+		return out
+	}
+	list := &velerov2alpha1.DataUploadList{}
+	g.Expect(s.Client.List(context.Background(), list, client.InNamespace(stack.VeleroNamespace),
+		client.MatchingLabels{velerov1api.BackupNameLabel: parent})).To(Succeed())
+	for _, d := range list.Items {
+		out[d.Name] = string(d.Status.Phase)
+	}
+	return out
+}
+
+// nodeAgentConfigured is whether node-agent's DaemonSet was given the
+// ConfigMap nodeAgentConfig writes.
+var nodeAgentConfigured bool
+
+// nodeAgentConfig writes node-agent's ConfigMap as an administrator does
+// and restarts node-agent, which reads it at start; the first time it
+// names the ConfigMap in node-agent's arguments (velero install
+// --node-agent-configmap).
+func nodeAgentConfig(ctx context.Context, config string) {
+	GinkgoHelper()
+	run(ctx, fmt.Sprintf("kubectl -n velero create configmap node-agent-config --from-literal=config.json='%s' --dry-run=client -o yaml | kubectl apply -f -", config))
+	if !nodeAgentConfigured {
+		run(ctx, `kubectl -n velero patch daemonset node-agent --type json -p '[{"op":"add","path":"/spec/template/spec/containers/0/args/-","value":"--node-agent-configmap=node-agent-config"}]'`)
+		nodeAgentConfigured = true
+	} else {
+		run(ctx, "kubectl -n velero rollout restart daemonset/node-agent")
+	}
+	run(ctx, "kubectl -n velero rollout status daemonset/node-agent --timeout=3m")
+}
+
+// dataMoverPod is the data mover's pod of a movement: node-agent names it
+// after the DataUpload or DataDownload.
+func dataMoverPod(g Gomega, name string) *corev1.Pod {
+	pod := &corev1.Pod{}
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: name}, pod)).To(Succeed())
+	return pod
+}
+
+// onlyMovement is the one movement of a parent.
+func onlyMovement(g Gomega, kind, parent string) (string, string) {
+	m := movements(g, kind, parent)
+	g.Expect(m).To(HaveLen(1))
+	for name, phase := range m {
+		return name, phase
+	}
+	return "", ""
+}
+
+// whyOperationsWait reproduces, for real, each cause of waiting of
+// Velero's data mover that itemops names, and its end.
+func whyOperationsWait() {
+	It("why an operation waits: a taint the data mover's pod does not tolerate is PodUnschedulable, until it is removed", func(ctx SpecContext) {
+		appNamespace(ctx, "why-taint", item{name: "tainted", mib: 16})
+		run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance=now:NoSchedule")
+		DeferCleanup(func(ctx SpecContext) {
+			_, _ = s.Run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance- || true")
+		})
+		run(ctx, "velero backup create why-taint --include-namespaces why-taint --snapshot-move-data")
+		op := causeShown(ctx, "Backup", "why-taint", "tainted", itemopsv1alpha1.WaitingPodUnschedulable, `cannot be scheduled: .*untolerated taint`,
+			func(g Gomega) {
+				name, _ := onlyMovement(g, "Backup", "why-taint")
+				c := podCondition(dataMoverPod(g, name), corev1.PodScheduled)
+				g.Expect(c).NotTo(BeNil())
+				g.Expect(c.Reason).To(Equal(corev1.PodReasonUnschedulable))
+			})
+		Expect(run(ctx, "kubectl itemops why backup why-taint -n velero")).To(ContainSubstring("waiting for PodUnschedulable"))
+		run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance-")
+		waitEnds(ctx, "Backup", "why-taint", string(velerov1api.BackupPhaseCompleted), map[string]string{op.Name: itemopsv1alpha1.WaitingPodUnschedulable})
+	})
+
+	It("why an operation waits: a snapshot the CSI driver fails is SnapshotFailed with the driver's error, until the driver makes it", func(ctx SpecContext) {
+		appNamespace(ctx, "why-snapshot", item{name: "reserve", mib: 16})
+		pvc := &corev1.PersistentVolumeClaim{}
+		Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: "why-snapshot", Name: "reserve"}, pvc)).To(Succeed())
+		pv := &corev1.PersistentVolume{}
+		Expect(s.Client.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv)).To(Succeed())
+		failFile := filepath.Join(s.CSIDataDir(), "fail-snapshot", pv.Spec.CSI.VolumeHandle)
+		Expect(os.WriteFile(failFile, []byte("snapshot reserve of pool p1 exhausted"), 0o644)).To(Succeed())
+		DeferCleanup(func() { _ = os.Remove(failFile) })
+		run(ctx, "velero backup create why-snapshot --include-namespaces why-snapshot --snapshot-move-data")
+		op := causeShown(ctx, "Backup", "why-snapshot", "reserve", itemopsv1alpha1.WaitingSnapshotFailed, `snapshot reserve of pool p1 exhausted`,
+			func(g Gomega) {
+				list := &snapshotv1.VolumeSnapshotList{}
+				g.Expect(s.Client.List(ctx, list, client.InNamespace("why-snapshot"))).To(Succeed())
+				g.Expect(list.Items).To(HaveLen(1))
+				g.Expect(list.Items[0].Status).NotTo(BeNil())
+				g.Expect(list.Items[0].Status.Error).NotTo(BeNil())
+				g.Expect(movements(g, "Backup", "why-snapshot")).To(HaveLen(1))
+			})
+		Expect(run(ctx, "kubectl itemops why backup why-snapshot -n velero")).To(ContainSubstring("waiting for SnapshotFailed"))
+		Expect(os.Remove(failFile)).To(Succeed())
+		waitEnds(ctx, "Backup", "why-snapshot", string(velerov1api.BackupPhaseCompleted), map[string]string{op.Name: itemopsv1alpha1.WaitingSnapshotFailed})
+	})
+
+	It("why an operation waits: node-agent's backupPVC StorageClass missing is VolumeNotProvisioned, until the class exists", func(ctx SpecContext) {
+		appNamespace(ctx, "why-class", item{name: "classless", mib: 16})
+		nodeAgentConfig(ctx, `{"backupPVC":{"`+stack.StorageClass+`":{"storageClass":"csi-itemops-backup"}}}`)
+		DeferCleanup(func(ctx SpecContext) { nodeAgentConfig(ctx, `{}`) })
+		run(ctx, "velero backup create why-class --include-namespaces why-class --snapshot-move-data")
+		op := causeShown(ctx, "Backup", "why-class", "classless", itemopsv1alpha1.WaitingVolumeNotProvisioned, `csi-itemops-backup.*not found`,
+			func(g Gomega) {
+				name, _ := onlyMovement(g, "Backup", "why-class")
+				pvc := &corev1.PersistentVolumeClaim{}
+				g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: name}, pvc)).To(Succeed())
+				g.Expect(pvc.Status.Phase).To(Equal(corev1.ClaimPending))
+			})
+		Expect(run(ctx, "kubectl itemops why backup why-class -n velero")).To(ContainSubstring("waiting for VolumeNotProvisioned"))
+		run(ctx, `kubectl apply -f - <<'EOF'
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: csi-itemops-backup
+provisioner: `+stack.Driver+`
+EOF`)
+		waitEnds(ctx, "Backup", "why-class", string(velerov1api.BackupPhaseCompleted), map[string]string{op.Name: itemopsv1alpha1.WaitingVolumeNotProvisioned})
+	})
+
+	It("why an operation waits: node-agent's loadConcurrency of 1 with three volumes is NodeAgentBusy, naming the one ahead", func(ctx SpecContext) {
+		appNamespace(ctx, "why-busy", item{name: "first", mib: 24}, item{name: "second", mib: 24}, item{name: "third", mib: 24})
+		nodeAgentConfig(ctx, `{"loadConcurrency":{"globalConfig":1}}`)
+		DeferCleanup(func(ctx SpecContext) { nodeAgentConfig(ctx, `{}`) })
+		By("a location behind a slow link, so that each transfer lasts")
+		run(ctx, fmt.Sprintf("velero backup-location create slow --provider aws --bucket %s --config region=%s,s3ForcePathStyle=true,s3Url=%s",
+			stack.SlowBucket, stack.Region, stack.SlowS3URL))
+		Eventually(func(g Gomega) velerov1api.BackupStorageLocationPhase {
+			bsl := &velerov1api.BackupStorageLocation{}
+			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "slow"}, bsl)).To(Succeed())
+			return bsl.Status.Phase
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(velerov1api.BackupStorageLocationPhaseAvailable))
+		run(ctx, "velero backup create why-busy --include-namespaces why-busy --snapshot-move-data --storage-location slow")
+		op := causeShown(ctx, "Backup", "why-busy", "", itemopsv1alpha1.WaitingNodeAgentBusy, `loadConcurrency of 1 data path\(s\): 1 ahead \(DataUpload/why-busy-`,
+			func(g Gomega) {
+				phases := map[string]int{}
+				for _, phase := range movements(g, "Backup", "why-busy") {
+					phases[phase]++
+				}
+				g.Expect(phases).To(And(HaveKeyWithValue("InProgress", 1), HaveKey("Prepared")))
+			})
+		Expect(run(ctx, "kubectl itemops why backup why-busy -n velero")).To(ContainSubstring("waiting for NodeAgentBusy"))
+		Expect(run(ctx, "kubectl itemops get backup why-busy -n velero")).To(MatchRegexp(`NodeAgentBusy`))
+		waitEnds(ctx, "Backup", "why-busy", string(velerov1api.BackupPhaseCompleted), map[string]string{op.Name: itemopsv1alpha1.WaitingNodeAgentBusy})
+		By("the bytes moved over the slow link, as node-agent counted them")
+		for name, op := range operationsOf(Default, "Backup", "why-busy") {
+			Expect([]any{op.Status.NCompleted, op.Status.NTotal}).To(Equal([]any{int64(24 << 20), int64(24 << 20)}), name)
+		}
+	})
+
+	It("why an operation waits: no node-agent on the node is NoNodeAgent, until its DaemonSet runs there again", func(ctx SpecContext) {
+		run(ctx, `kubectl -n velero patch daemonset node-agent -p '{"spec":{"template":{"spec":{"nodeSelector":{"itemops.io/no-such-node":"true"}}}}}'`)
+		DeferCleanup(func(ctx SpecContext) {
+			_, _ = s.Run(ctx, `kubectl -n velero patch daemonset node-agent -p '{"spec":{"template":{"spec":{"nodeSelector":null}}}}'`)
+		})
+		Eventually(func(g Gomega) []corev1.Pod {
+			pods := &corev1.PodList{}
+			g.Expect(s.Client.List(ctx, pods, client.InNamespace(stack.VeleroNamespace), client.MatchingLabels{"role": "node-agent"})).To(Succeed())
+			return pods.Items
+		}).WithContext(ctx).WithTimeout(2*time.Minute).Should(BeEmpty(), "node-agent's pod gone")
+		run(ctx, "velero restore create why-taint-back --from-backup why-taint --namespace-mappings why-taint:why-taint-restored")
+		op := causeShown(ctx, "Restore", "why-taint-back", "tainted", itemopsv1alpha1.WaitingNoNodeAgent, `waits to be accepted, and no node-agent pod runs`,
+			func(g Gomega) {
+				_, phase := onlyMovement(g, "Restore", "why-taint-back")
+				g.Expect(phase).To(BeElementOf("", "New"))
+			})
+		Expect(run(ctx, "kubectl itemops why restore why-taint-back -n velero")).To(ContainSubstring("waiting for NoNodeAgent"))
+		run(ctx, `kubectl -n velero patch daemonset node-agent -p '{"spec":{"template":{"spec":{"nodeSelector":null}}}}'`)
+		waitEnds(ctx, "Restore", "why-taint-back", string(velerov1api.RestorePhaseCompleted), map[string]string{op.Name: itemopsv1alpha1.WaitingNoNodeAgent})
+		Expect(volumeSum(ctx, "why-taint-restored", "tainted")).To(Equal(volumeSums["why-taint/tainted"]), "the restored volume's files")
+	})
+}
+
+func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == t {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
