@@ -206,8 +206,9 @@ func (d *Driver) ValidateVolumeCapabilities(_ context.Context, req *csi.Validate
 
 // CreateSnapshot implements csi.ControllerServer: a copy of the volume's
 // directory, ready at once; or, while the volume's fail-snapshot file
-// exists, cut but not ready, and failing at every later call until the
-// file is gone (see the package's doc).
+// exists, cut but not ready, and at every later call not ready (the file
+// empty) or failing with its content, until the file is gone (see the
+// package's doc).
 func (d *Driver) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "a name is required")
@@ -226,8 +227,12 @@ func (d *Driver) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotReques
 			return nil, status.Errorf(codes.AlreadyExists, "snapshot %s exists of another volume", req.GetName())
 		}
 		if existing.Pending {
-			if msg := d.failure(existing.Source); msg != "" {
+			held, msg := d.held(existing.Source)
+			if msg != "" {
 				return nil, status.Error(codes.Internal, msg)
+			}
+			if held {
+				return &csi.CreateSnapshotResponse{Snapshot: snapshot(existing)}, nil
 			}
 			existing.Pending = false
 			if err := d.write(snapshotsDir, existing); err != nil {
@@ -243,8 +248,9 @@ func (d *Driver) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotReques
 	if volume == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetSourceVolumeId())
 	}
+	held, _ := d.held(volume.ID)
 	r := &record{ID: uuid.NewString(), Name: req.GetName(), Capacity: volume.Capacity, Source: volume.ID, Created: time.Now().UnixNano(),
-		Pending: d.failure(volume.ID) != ""}
+		Pending: held}
 	if err := os.MkdirAll(d.path(snapshotsDir, r.ID), 0o755); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating snapshot %s: %v", r.ID, err)
 	}

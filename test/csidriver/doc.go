@@ -27,7 +27,8 @@ limitations under the License.
 // snapshot whose copy fails: while the file fail-snapshot/<volume ID>
 // exists under the driver's root, a new snapshot of that volume is cut (its
 // ID given) but not ready to use, and each later CreateSnapshot of it, by
-// which csi-snapshotter asks whether it became ready, fails with the file's
-// content; once the file is gone, the next call makes it ready. A volume is
-// not made from a snapshot that is not ready.
+// which csi-snapshotter asks whether it became ready, answers not ready
+// while the file is empty (a copy still running) and fails with the file's
+// content otherwise; once the file is gone, the next call makes it ready. A
+// volume is not made from a snapshot that is not ready.
 package csidriver

@@ -20,7 +20,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"net"
 	"os"
@@ -238,14 +237,13 @@ func copyFile(from, to string, mode fs.FileMode) error {
 	return out.Close()
 }
 
-// failure is the message a volume's snapshots fail with, or "".
-func (d *Driver) failure(volumeID string) string {
+// held reports whether a volume's snapshots are held back (its
+// fail-snapshot file exists), and the message they fail with: the file's
+// content, or "" while they are only not ready yet.
+func (d *Driver) held(volumeID string) (bool, string) {
 	data, err := os.ReadFile(filepath.Join(d.Root, failSnapshotDir, volumeID))
 	if err != nil {
-		return ""
+		return false, ""
 	}
-	if msg := strings.TrimSpace(string(data)); msg != "" {
-		return msg
-	}
-	return fmt.Sprintf("snapshots of volume %s are refused", volumeID)
+	return true, strings.TrimSpace(string(data))
 }

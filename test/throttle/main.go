@@ -19,7 +19,10 @@ limitations under the License.
 // front of the real-node suite's bucket, through which a Backup's data
 // movements take as long as the suite needs to watch them.
 //
-//	throttle --listen=:7070 --to=10.96.0.70:7070 --rate=1Mi
+//	throttle --listen=:7070 --to=10.96.0.70:7070 --rate=1Mi [--pause-file=/control/paused]
+//
+// While the pause file exists no byte passes, though every connection stays
+// open: a transfer that runs and moves nothing.
 package main
 
 import (
@@ -28,11 +31,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"net"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -42,6 +47,7 @@ func main() {
 	listen := flag.String("listen", ":7070", "the address to listen on")
 	to := flag.String("to", "", "the address to pass connections to")
 	perSecond := flag.String("rate", "1Mi", "bytes per second, as a Kubernetes quantity")
+	pauseFile := flag.String("pause-file", "", "a file whose existence holds every byte back")
 	flag.Parse()
 	q, err := resource.ParseQuantity(*perSecond)
 	if err != nil || q.Value() <= 0 || *to == "" {
@@ -50,7 +56,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := serve(ctx, *listen, *to, rate.NewLimiter(rate.Limit(q.Value()), chunk)); err != nil {
+	if err := serve(ctx, *listen, *to, &link{limiter: rate.NewLimiter(rate.Limit(q.Value()), chunk), pauseFile: *pauseFile}); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -58,31 +64,56 @@ func main() {
 // chunk is the most one read passes at a time, and the limiter's burst.
 const chunk = 32 << 10
 
-func serve(ctx context.Context, listen, to string, limiter *rate.Limiter) error {
-	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", listen)
+// link is what every connection shares: the rate, and the pause.
+type link struct {
+	limiter *rate.Limiter
+	// pauseFile, when set and present, holds every byte back.
+	pauseFile string
+}
+
+// pausePoll is how often a paused link looks for its pause file again.
+const pausePoll = 200 * time.Millisecond
+
+// wait returns once n bytes may pass: the link not paused, and the rate.
+func (l *link) wait(ctx context.Context, n int) error {
+	for l.pauseFile != "" {
+		if _, err := os.Stat(l.pauseFile); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(pausePoll):
+		}
+	}
+	return l.limiter.WaitN(ctx, n)
+}
+
+func serve(ctx context.Context, listen, to string, l *link) error {
+	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", listen)
 	if err != nil {
 		return err
 	}
 	go func() {
 		<-ctx.Done()
-		_ = l.Close()
+		_ = listener.Close()
 	}()
-	log.Printf("passing %s to %s at %.0f bytes/s", listen, to, float64(limiter.Limit()))
+	log.Printf("passing %s to %s at %.0f bytes/s", listen, to, float64(l.limiter.Limit()))
 	for {
-		in, err := l.Accept()
+		in, err := listener.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
-		go pass(ctx, in, to, limiter)
+		go pass(ctx, in, to, l)
 	}
 }
 
 // pass copies a connection both ways through the limiter; each direction
 // half-closes the other side at its end, and an error ends both.
-func pass(ctx context.Context, in net.Conn, to string, limiter *rate.Limiter) {
+func pass(ctx context.Context, in net.Conn, to string, l *link) {
 	defer func() { _ = in.Close() }()
 	out, err := (&net.Dialer{}).DialContext(ctx, "tcp", to)
 	if err != nil {
@@ -92,7 +123,7 @@ func pass(ctx context.Context, in net.Conn, to string, limiter *rate.Limiter) {
 	defer func() { _ = out.Close() }()
 	done := make(chan struct{}, 2)
 	direction := func(dst, src net.Conn) {
-		if err := copyLimited(ctx, dst, src, limiter); err != nil {
+		if err := copyLimited(ctx, dst, src, l); err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				log.Printf("connection from %s: %v", in.RemoteAddr(), err)
 			}
@@ -107,12 +138,12 @@ func pass(ctx context.Context, in net.Conn, to string, limiter *rate.Limiter) {
 	<-done
 }
 
-func copyLimited(ctx context.Context, dst, src net.Conn, limiter *rate.Limiter) error {
+func copyLimited(ctx context.Context, dst, src net.Conn, l *link) error {
 	buf := make([]byte, chunk)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if werr := limiter.WaitN(ctx, n); werr != nil {
+			if werr := l.wait(ctx, n); werr != nil {
 				return werr
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
