@@ -8,15 +8,32 @@
 # compile once. Prebuilt archives cannot be downloaded in every environment; the
 # module proxy can always be reached.
 #
-# KUBEBUILDER_ASSETS, when already set to a directory holding kube-apiserver
-# and etcd, wins and nothing is built (test/cluster then needs the node's
-# binaries there too). Progress goes to stderr; stdout is the directory.
+# `hack/envtest-assets.sh control-plane` builds only kube-apiserver and etcd,
+# all envtest needs, into the same directory: make test starts the envtest
+# suites on them while the rest builds beside (a later call for everything
+# waits for that build, through the lock below, and builds what is missing).
+#
+# KUBEBUILDER_ASSETS, when already set to another directory holding
+# kube-apiserver and etcd, wins and nothing is built (test/cluster then needs
+# the node's binaries there too). Progress goes to stderr; stdout is the
+# directory.
 set -euo pipefail
 
 KUBE_VERSION="${ENVTEST_KUBE_VERSION:-1.37.2}"
 ETCD_VERSION="${ENVTEST_ETCD_VERSION:-3.6.16}"
 
-if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
+case "${1:-all}" in
+  all) kube_commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl) ;;
+  control-plane) kube_commands=(kube-apiserver) ;;
+  *)
+    echo "usage: $0 [all|control-plane]" >&2
+    exit 2
+    ;;
+esac
+cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/envtest"
+dest="${cache_root}/${KUBE_VERSION}-etcd${ETCD_VERSION}"
+
+if [[ -n "${KUBEBUILDER_ASSETS:-}" && "${KUBEBUILDER_ASSETS%/}" != "${dest}" ]]; then
   if [[ -x "${KUBEBUILDER_ASSETS}/kube-apiserver" && -x "${KUBEBUILDER_ASSETS}/etcd" ]]; then
     echo "${KUBEBUILDER_ASSETS}"
     exit 0
@@ -25,9 +42,6 @@ if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
   exit 1
 fi
 
-kube_commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
-cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/envtest"
-dest="${cache_root}/${KUBE_VERSION}-etcd${ETCD_VERSION}"
 built() {
   local b
   for b in "${kube_commands[@]}" etcd; do
@@ -118,7 +132,7 @@ build_kubernetes() {
     local c pkgs=()
     {
       echo 'package tools'
-      for c in "${kube_commands[@]}"; do
+      for c in "${missing[@]}"; do
         pkgs+=("k8s.io/kubernetes/cmd/${c}")
         echo "import _ \"k8s.io/kubernetes/cmd/${c}\""
       done
@@ -156,13 +170,18 @@ MOD
   )
 }
 
-echo "building the Kubernetes binaries (${kube_commands[*]} v${KUBE_VERSION}, etcd v${ETCD_VERSION}) into ${dest}; this runs once per machine" >&2
+missing=()
+for b in "${kube_commands[@]}"; do
+  [[ -x "${dest}/${b}" ]] || missing+=("${b}")
+done
+echo "building the Kubernetes binaries (${missing[*]} v${KUBE_VERSION}, etcd v${ETCD_VERSION}) into ${dest}; this runs once per machine" >&2
 start=$(date +%s)
-build_kubernetes >&2
-build_etcd >&2
+((${#missing[@]} == 0)) || build_kubernetes >&2
+[[ -x "${dest}/etcd" ]] || build_etcd >&2
 mkdir -p "${dest}"
-for b in "${kube_commands[@]}" etcd; do
-  mv "${stage}/${b}" "${dest}/"
+shopt -s nullglob
+for b in "${stage}"/*; do
+  mv "${b}" "${dest}/"
 done
 echo "envtest assets built in $(( $(date +%s) - start ))s" >&2
 echo "${dest}"

@@ -137,7 +137,7 @@ func run(ctx context.Context, real, exitWhenDone bool) error {
 		{what: "itemops", cmd: []string{"go", "build", "-o", binary, "."}},
 		{what: "kubectl-itemops", cmd: []string{"go", "build", "-o", kubectlItemops, "./cmd/kubectl-itemops"}},
 		{what: "the sample plugins", cmd: []string{"go", "build", "-o", pluginDir + string(os.PathSeparator), "./test/plugins/sample"}},
-		{what: "kube-apiserver and etcd", cmd: []string{"hack/envtest-assets.sh"}, env: "KUBEBUILDER_ASSETS"},
+		{what: "kube-apiserver and etcd", cmd: []string{"hack/envtest-assets.sh", "control-plane"}, env: "KUBEBUILDER_ASSETS"},
 	}
 	if real {
 		say("building what the demo runs, side by side: Velero v1.18.3, its AWS plugin, versitygw, kube-apiserver and etcd come from the Go module proxy the first time on a machine (minutes; kept in ~/.cache/itemops, ready at once after)")

@@ -106,7 +106,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	}
 	Expect(c.TagImage(ctx, stack.ItemopsRepository+":"+firstTag, stack.ItemopsRepository+":"+secondTag)).To(Succeed())
 	Expect(s.Install(ctx, firstTag)).To(Succeed(), "installing Velero and itemops as the README says")
-}, NodeTimeout(30*time.Minute))
+	// On a new machine FindBinaries waits for the node's binaries, which
+	// make test builds beside the other suites.
+}, NodeTimeout(45*time.Minute))
 
 // specStart is when the running spec began: the sample plugins'
 // operations it touched are those changed since.

@@ -192,7 +192,7 @@ func RepoRoot() (string, error) {
 // Assets returns the directory holding kube-apiserver and etcd, building them
 // through hack/envtest-assets.sh when KUBEBUILDER_ASSETS is not set.
 func Assets(root string) (string, error) {
-	cmd := exec.Command(filepath.Join(root, "hack", "envtest-assets.sh"))
+	cmd := exec.Command(filepath.Join(root, "hack", "envtest-assets.sh"), "control-plane")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
