@@ -75,16 +75,12 @@ func volumePod(ctx context.Context, namespace, name, claim string, args ...strin
 		Spec: corev1.PodSpec{
 			RestartPolicy:                corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: ptr.To(false),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532), FSGroup: ptr.To[int64](65532),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
+			SecurityContext:              stack.RestrictedPod(),
 			Containers: []corev1.Container{{
 				Name: "volumefiles", Image: stack.VolumeFilesImage, ImagePullPolicy: corev1.PullNever,
-				Args:         append(args, "--dir=/data", "--result=/dev/termination-log"),
-				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data", ReadOnly: readOnly}},
-				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+				Args:            append(args, "--dir=/data", "--result=/dev/termination-log"),
+				VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data", ReadOnly: readOnly}},
+				SecurityContext: stack.RestrictedContainer(),
 			}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim, ReadOnly: readOnly}}}},

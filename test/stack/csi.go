@@ -194,11 +194,11 @@ func (s *Stack) snapshotController() []client.Object {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: "snapshot-controller",
-					SecurityContext:    restrictedPod(),
+					SecurityContext:    RestrictedPod(),
 					Containers: []corev1.Container{{
 						Name: "snapshot-controller", Image: SnapshotControllerImage, ImagePullPolicy: corev1.PullNever,
 						Args:            []string{"--v=2", "--leader-election=false", "--retry-interval-max=10s"},
-						SecurityContext: restrictedContainer(),
+						SecurityContext: RestrictedContainer(),
 					}},
 				},
 			},

@@ -66,14 +66,19 @@ const (
 	sampleStateMount = "/sample-state"
 )
 
-func restrictedPod() *corev1.PodSecurityContext {
+// RestrictedPod is the pod security context of the stack's own pods that
+// meet the restricted Pod Security level: a non-root user, its group owning
+// the volumes, the runtime's seccomp profile.
+func RestrictedPod() *corev1.PodSecurityContext {
 	return &corev1.PodSecurityContext{
 		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532), FSGroup: ptr.To[int64](65532),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }
 
-func restrictedContainer() *corev1.SecurityContext {
+// RestrictedContainer is the container security context that goes with
+// RestrictedPod: no privilege escalation, no capabilities.
+func RestrictedContainer() *corev1.SecurityContext {
 	return &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false), RunAsNonRoot: ptr.To(true),
 		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
@@ -124,12 +129,12 @@ func (s *Stack) Storage(ctx context.Context) error {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					SecurityContext: restrictedPod(),
+					SecurityContext: RestrictedPod(),
 					Containers: []corev1.Container{{
 						Name: "versitygw", Image: VersitygwImage, ImagePullPolicy: corev1.PullNever,
 						Args:            []string{"--port", fmt.Sprintf(":%d", s3Port), "--access", s3.AccessKey, "--secret", s3.SecretKey, "posix", "/data"},
 						Ports:           []corev1.ContainerPort{{Name: "s3", ContainerPort: s3Port}},
-						SecurityContext: restrictedContainer(),
+						SecurityContext: RestrictedContainer(),
 						VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(s3Port)}},
 							PeriodSeconds: 1},
@@ -153,13 +158,13 @@ func (s *Stack) Storage(ctx context.Context) error {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: slowLabels},
 				Spec: corev1.PodSpec{
-					SecurityContext: restrictedPod(),
+					SecurityContext: RestrictedPod(),
 					Containers: []corev1.Container{{
 						Name: "throttle", Image: ThrottleImage, ImagePullPolicy: corev1.PullNever,
 						Args: []string{fmt.Sprintf("--listen=:%d", s3Port), fmt.Sprintf("--to=%s:%d", s3ServiceIP, s3Port),
 							fmt.Sprintf("--rate=%d", SlowRate)},
 						Ports:           []corev1.ContainerPort{{Name: "s3", ContainerPort: s3Port}},
-						SecurityContext: restrictedContainer(),
+						SecurityContext: RestrictedContainer(),
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(s3Port)}},
 							PeriodSeconds: 1},
 					}},
