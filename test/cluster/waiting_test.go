@@ -92,9 +92,9 @@ func causeShown(ctx context.Context, kind, parent, item, reason, evidence string
 }
 
 // waitEnds waits until the operations that waited no longer wait and
-// completed, each with one Waiting Event for its cause (not one per poll),
-// and the parent ended as want.
-func waitEnds(ctx context.Context, kind, parent string, want string, waited map[string]string) {
+// completed, each with one Waiting Event per cause it had (not one per
+// poll), and the parent ended as want.
+func waitEnds(ctx context.Context, kind, parent string, want string, waited map[string][]string) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) map[string]string {
 		out := map[string]string{}
@@ -110,14 +110,18 @@ func waitEnds(ctx context.Context, kind, parent string, want string, waited map[
 	}).WithContext(ctx).WithTimeout(4 * time.Minute).Should(And(HaveLen(len(waited)),
 		HaveEach(Equal(`Completed False waitingFor=""`))))
 	Eventually(func(g Gomega) string { return parentPhase(g, kind, parent) }).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(want))
-	for name, reason := range waited {
+	for name, reasons := range waited {
+		want := map[string]int{}
+		for _, r := range reasons {
+			want[r] = 1
+		}
 		events := waitingEvents(ctx, name)
 		for cause := range passing {
-			if reason != cause && events[cause] == 1 {
+			if want[cause] == 0 && events[cause] == 1 {
 				delete(events, cause)
 			}
 		}
-		Expect(events).To(Equal(map[string]int{reason: 1}), "one Waiting Event for %s's cause", name)
+		Expect(events).To(Equal(want), "one Waiting Event for each of %s's causes", name)
 	}
 }
 
@@ -232,31 +236,67 @@ func whyOperationsWait() {
 			})
 		Expect(run(ctx, "kubectl itemops why backup why-taint -n velero")).To(ContainSubstring("waiting for PodUnschedulable"))
 		run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance-")
-		waitEnds(ctx, "Backup", "why-taint", string(velerov1api.BackupPhaseCompleted), map[string]string{op.Name: itemopsv1alpha1.WaitingPodUnschedulable})
+		waitEnds(ctx, "Backup", "why-taint", string(velerov1api.BackupPhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingPodUnschedulable}})
 	})
 
-	It("why an operation waits: a snapshot the CSI driver fails is SnapshotFailed with the driver's error, until the driver makes it", func(ctx SpecContext) {
+	It("why an operation waits: a snapshot the CSI driver is still copying is SnapshotNotReady, then SnapshotFailed with the driver's error, until the driver makes it", func(ctx SpecContext) {
 		appNamespace(ctx, "why-snapshot", item{name: "reserve", mib: 16})
-		pvc := &corev1.PersistentVolumeClaim{}
-		Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: "why-snapshot", Name: "reserve"}, pvc)).To(Succeed())
-		pv := &corev1.PersistentVolume{}
-		Expect(s.Client.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv)).To(Succeed())
-		failFile := filepath.Join(s.CSIDataDir(), "fail-snapshot", pv.Spec.CSI.VolumeHandle)
-		Expect(os.WriteFile(failFile, []byte("snapshot reserve of pool p1 exhausted"), 0o644)).To(Succeed())
+		failFile := filepath.Join(s.CSIDataDir(), "fail-snapshot", volumeHandle(ctx, "why-snapshot", "reserve"))
+		Expect(os.WriteFile(failFile, nil, 0o644)).To(Succeed())
 		DeferCleanup(func() { _ = os.Remove(failFile) })
 		run(ctx, "velero backup create why-snapshot --include-namespaces why-snapshot --snapshot-move-data")
-		op := causeShown(ctx, "Backup", "why-snapshot", "reserve", itemopsv1alpha1.WaitingSnapshotFailed, `snapshot reserve of pool p1 exhausted`,
+		snapshotOf := func(g Gomega) snapshotv1.VolumeSnapshot {
+			list := &snapshotv1.VolumeSnapshotList{}
+			g.Expect(s.Client.List(ctx, list, client.InNamespace("why-snapshot"))).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(1))
+			g.Expect(list.Items[0].Status).NotTo(BeNil())
+			g.Expect(movements(g, "Backup", "why-snapshot")).To(HaveLen(1))
+			return list.Items[0]
+		}
+		op := causeShown(ctx, "Backup", "why-snapshot", "reserve", itemopsv1alpha1.WaitingSnapshotNotReady, `velero-reserve-\w+ of DataUpload why-snapshot-\w+ is not ready to use`,
 			func(g Gomega) {
-				list := &snapshotv1.VolumeSnapshotList{}
-				g.Expect(s.Client.List(ctx, list, client.InNamespace("why-snapshot"))).To(Succeed())
-				g.Expect(list.Items).To(HaveLen(1))
-				g.Expect(list.Items[0].Status).NotTo(BeNil())
-				g.Expect(list.Items[0].Status.Error).NotTo(BeNil())
-				g.Expect(movements(g, "Backup", "why-snapshot")).To(HaveLen(1))
+				vs := snapshotOf(g)
+				g.Expect(vs.Status.BoundVolumeSnapshotContentName).NotTo(BeNil())
+				g.Expect(vs.Status.ReadyToUse).To(HaveValue(BeFalse()))
+				g.Expect(vs.Status.Error).To(BeNil())
 			})
+		By("the driver's copy fails")
+		Expect(os.WriteFile(failFile, []byte("snapshot reserve of pool p1 exhausted"), 0o644)).To(Succeed())
+		causeShown(ctx, "Backup", "why-snapshot", "reserve", itemopsv1alpha1.WaitingSnapshotFailed, `snapshot reserve of pool p1 exhausted`,
+			func(g Gomega) { g.Expect(snapshotOf(g).Status.Error).NotTo(BeNil()) })
 		Expect(run(ctx, "kubectl itemops why backup why-snapshot -n velero")).To(ContainSubstring("waiting for SnapshotFailed"))
 		Expect(os.Remove(failFile)).To(Succeed())
-		waitEnds(ctx, "Backup", "why-snapshot", string(velerov1api.BackupPhaseCompleted), map[string]string{op.Name: itemopsv1alpha1.WaitingSnapshotFailed})
+		waitEnds(ctx, "Backup", "why-snapshot", string(velerov1api.BackupPhaseCompleted),
+			map[string][]string{op.Name: {itemopsv1alpha1.WaitingSnapshotNotReady, itemopsv1alpha1.WaitingSnapshotFailed}})
+	})
+
+	It("why an operation waits: a ConfigMap node-agent's pods take their environment from, deleted, is PodNotRunning, until it is back", func(ctx SpecContext) {
+		// Velero fails a data movement whose pod cannot pull its image
+		// (IsPodUnrecoverable), so a pod that cannot start is one whose
+		// container cannot be made: it inherits node-agent's envFrom.
+		appNamespace(ctx, "why-env", item{name: "envless", mib: 8})
+		const envConfig = `kubectl -n velero create configmap node-agent-env --from-literal=ITEMOPS_EXAMPLE=1`
+		run(ctx, envConfig)
+		run(ctx, `kubectl -n velero patch daemonset node-agent --type json -p '[{"op":"add","path":"/spec/template/spec/containers/0/envFrom","value":[{"configMapRef":{"name":"node-agent-env"}}]}]'`)
+		DeferCleanup(func(ctx SpecContext) {
+			run(ctx, `kubectl -n velero patch daemonset node-agent --type json -p '[{"op":"remove","path":"/spec/template/spec/containers/0/envFrom"}]'`)
+			run(ctx, "kubectl -n velero delete configmap node-agent-env --ignore-not-found")
+			run(ctx, "kubectl -n velero rollout status daemonset/node-agent --timeout=3m")
+		})
+		run(ctx, "kubectl -n velero rollout status daemonset/node-agent --timeout=3m")
+		run(ctx, "kubectl -n velero delete configmap node-agent-env")
+		run(ctx, "velero backup create why-env --include-namespaces why-env --snapshot-move-data")
+		op := causeShown(ctx, "Backup", "why-env", "envless", itemopsv1alpha1.WaitingPodNotRunning, `does not run: CreateContainerConfigError: configmap "node-agent-env" not found`,
+			func(g Gomega) {
+				name, _ := onlyMovement(g, "Backup", "why-env")
+				pod := dataMoverPod(g, name)
+				g.Expect(pod.Status.ContainerStatuses).NotTo(BeEmpty())
+				g.Expect(pod.Status.ContainerStatuses[0].State.Waiting).NotTo(BeNil())
+				g.Expect(pod.Status.ContainerStatuses[0].State.Waiting.Reason).To(Equal("CreateContainerConfigError"))
+			})
+		Expect(run(ctx, "kubectl itemops why backup why-env -n velero")).To(ContainSubstring("waiting for PodNotRunning"))
+		run(ctx, envConfig)
+		waitEnds(ctx, "Backup", "why-env", string(velerov1api.BackupPhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingPodNotRunning}})
 	})
 
 	It("why an operation waits: node-agent's backupPVC StorageClass missing is VolumeNotProvisioned, until the class exists", func(ctx SpecContext) {
@@ -279,7 +319,7 @@ metadata:
   name: csi-itemops-backup
 provisioner: `+stack.Driver+`
 EOF`)
-		waitEnds(ctx, "Backup", "why-class", string(velerov1api.BackupPhaseCompleted), map[string]string{op.Name: itemopsv1alpha1.WaitingVolumeNotProvisioned})
+		waitEnds(ctx, "Backup", "why-class", string(velerov1api.BackupPhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingVolumeNotProvisioned}})
 	})
 
 	It("why an operation waits: node-agent's loadConcurrency of 1 with three volumes is NodeAgentBusy, naming the one ahead", func(ctx SpecContext) {
@@ -305,10 +345,109 @@ EOF`)
 			})
 		Expect(run(ctx, "kubectl itemops why backup why-busy -n velero")).To(ContainSubstring("waiting for NodeAgentBusy"))
 		Expect(run(ctx, "kubectl itemops get backup why-busy -n velero")).To(MatchRegexp(`NodeAgentBusy`))
-		waitEnds(ctx, "Backup", "why-busy", string(velerov1api.BackupPhaseCompleted), map[string]string{op.Name: itemopsv1alpha1.WaitingNodeAgentBusy})
+		waitEnds(ctx, "Backup", "why-busy", string(velerov1api.BackupPhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingNodeAgentBusy}})
 		By("the bytes moved over the slow link, as node-agent counted them")
 		for name, op := range operationsOf(Default, "Backup", "why-busy") {
 			Expect([]any{op.Status.NCompleted, op.Status.NTotal}).To(Equal([]any{int64(24 << 20), int64(24 << 20)}), name)
+		}
+	})
+
+	It("why an operation waits: a transfer whose link to the bucket passes nothing is NoProgress after the stall period, until bytes move again", func(ctx SpecContext) {
+		const stallAfter = 30 * time.Second
+		run(ctx, fmt.Sprintf("helm upgrade itemops charts/itemops -n velero --reuse-values --set stallAfter=%s --wait", stallAfter))
+		DeferCleanup(func(ctx SpecContext) {
+			_ = os.Remove(s.SlowLinkPause())
+			run(ctx, "helm upgrade itemops charts/itemops -n velero --reuse-values --set stallAfter=15m --wait")
+		})
+		appNamespace(ctx, "why-stall", item{name: "stuck", mib: 32})
+		run(ctx, "velero backup create why-stall --include-namespaces why-stall --snapshot-move-data --storage-location slow")
+		By("bytes moving, then the link paused")
+		Eventually(func(g Gomega) int64 {
+			list := &velerov2alpha1.DataUploadList{}
+			g.Expect(s.Client.List(ctx, list, client.InNamespace(stack.VeleroNamespace),
+				client.MatchingLabels{velerov1api.BackupNameLabel: "why-stall"})).To(Succeed())
+			g.Expect(list.Items).To(HaveLen(1))
+			return list.Items[0].Status.Progress.BytesDone
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).Should(BeNumerically(">", 0))
+		Expect(os.WriteFile(s.SlowLinkPause(), nil, 0o644)).To(Succeed())
+		// The cluster shows the stall once the DataUpload's bytes have not
+		// moved for the stall period (kopia counts what it has read, not
+		// what reached the bucket: they stop a moment after the link does).
+		last, changed := int64(-1), time.Now()
+		op := causeShown(ctx, "Backup", "why-stall", "stuck", itemopsv1alpha1.WaitingNoProgress, `progress has not moved since`,
+			func(g Gomega) {
+				name, phase := onlyMovement(g, "Backup", "why-stall")
+				g.Expect(phase).To(Equal("InProgress"))
+				du := &velerov2alpha1.DataUpload{}
+				g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: name}, du)).To(Succeed())
+				if done := du.Status.Progress.BytesDone; done != last {
+					last, changed = done, time.Now()
+				}
+				g.Expect(time.Since(changed)).To(BeNumerically(">=", stallAfter), "DataUpload %s's bytes (%d) standing still", name, last)
+			})
+		Expect(run(ctx, "kubectl itemops why backup why-stall -n velero")).To(ContainSubstring("waiting for NoProgress"))
+		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
+		waitEnds(ctx, "Backup", "why-stall", string(velerov1api.BackupPhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingNoProgress}})
+	})
+
+	It("why an operation waits: a BackupRepository still being made is RepositoryNotReady, until Velero has made it", func(ctx SpecContext) {
+		appNamespace(ctx, "why-repo", item{name: "first-of-its-kind", mib: 8})
+		By("the Backup's own files in the bucket first, the data mover's pod held by a taint; then the link paused and the pod let run")
+		run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance=now:NoSchedule")
+		DeferCleanup(func(ctx SpecContext) {
+			_ = os.Remove(s.SlowLinkPause())
+			_, _ = s.Run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance- || true")
+		})
+		run(ctx, "velero backup create why-repo --include-namespaces why-repo --snapshot-move-data --storage-location slow")
+		Eventually(backupPhase("why-repo")).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(velerov1api.BackupPhaseWaitingForPluginOperations))
+		// itemops reads the Backup's operations from its record in the
+		// bucket, through the link too: the link is paused once it has.
+		causeShown(ctx, "Backup", "why-repo", "first-of-its-kind", itemopsv1alpha1.WaitingPodUnschedulable, `untolerated taint`,
+			func(g Gomega) {
+				_, phase := onlyMovement(g, "Backup", "why-repo")
+				g.Expect(phase).To(Equal("Accepted"))
+			})
+		Expect(os.WriteFile(s.SlowLinkPause(), nil, 0o644)).To(Succeed())
+		run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance-")
+		op := causeShown(ctx, "Backup", "why-repo", "first-of-its-kind", itemopsv1alpha1.WaitingRepositoryNotReady, `BackupRepository velero/why-repo-slow-kopia\S* that DataUpload why-repo-\w+ moves data through is (New|NotReady)`,
+			func(g Gomega) {
+				_, phase := onlyMovement(g, "Backup", "why-repo")
+				g.Expect(phase).To(Equal("InProgress"))
+				repos := &velerov1api.BackupRepositoryList{}
+				g.Expect(s.Client.List(ctx, repos, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+				var phases []velerov1api.BackupRepositoryPhase
+				for _, r := range repos.Items {
+					if r.Spec.VolumeNamespace == "why-repo" {
+						phases = append(phases, r.Status.Phase)
+					}
+				}
+				g.Expect(phases).To(HaveLen(1))
+				g.Expect(phases).NotTo(ContainElement(velerov1api.BackupRepositoryPhaseReady))
+			})
+		Expect(run(ctx, "kubectl itemops why backup why-repo -n velero")).To(ContainSubstring("waiting for RepositoryNotReady"))
+		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
+		waitEnds(ctx, "Backup", "why-repo", string(velerov1api.BackupPhaseCompleted),
+			map[string][]string{op.Name: {itemopsv1alpha1.WaitingPodUnschedulable, itemopsv1alpha1.WaitingRepositoryNotReady}})
+	})
+
+	It("why a Backup waits: queued behind a Backup whose snapshot the driver refuses, it shows its place and the one running, until it runs", func(ctx SpecContext) {
+		appNamespace(ctx, "why-first", item{name: "refused", mib: 8})
+		appNamespace(ctx, "why-queued", item{name: "behind", mib: 8})
+		refuseFile := filepath.Join(s.CSIDataDir(), "refuse-snapshot", volumeHandle(ctx, "why-first", "refused"))
+		Expect(os.WriteFile(refuseFile, []byte("the array is read-only"), 0o644)).To(Succeed())
+		DeferCleanup(func() { _ = os.Remove(refuseFile) })
+		run(ctx, "velero backup create why-first --include-namespaces why-first --snapshot-move-data")
+		Eventually(backupPhase("why-first")).WithContext(ctx).WithTimeout(time.Minute).Should(Equal(velerov1api.BackupPhaseInProgress))
+		run(ctx, "velero backup create why-queued --include-namespaces why-queued --snapshot-move-data")
+		Eventually(func(g Gomega) []any {
+			b := getBackup(g, "why-queued")
+			return []any{b.Status.Phase, b.Status.QueuePosition}
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Equal([]any{velerov1api.BackupPhaseQueued, 1}))
+		Expect(run(ctx, "kubectl itemops get backup why-queued -n velero")).To(ContainSubstring("Queued (#1)"))
+		Expect(run(ctx, "kubectl itemops why backup why-queued -n velero")).To(MatchRegexp(`waiting for Queued: it is #1 in Velero's backup queue.*running now: why-first \(InProgress\)`))
+		Expect(os.Remove(refuseFile)).To(Succeed())
+		for _, name := range []string{"why-first", "why-queued"} {
+			Eventually(backupPhase(name)).WithContext(ctx).WithTimeout(4*time.Minute).Should(Equal(velerov1api.BackupPhaseCompleted), name)
 		}
 	})
 
@@ -330,9 +469,19 @@ EOF`)
 			})
 		Expect(run(ctx, "kubectl itemops why restore why-taint-back -n velero")).To(ContainSubstring("waiting for NoNodeAgent"))
 		run(ctx, `kubectl -n velero patch daemonset node-agent -p '{"spec":{"template":{"spec":{"nodeSelector":null}}}}'`)
-		waitEnds(ctx, "Restore", "why-taint-back", string(velerov1api.RestorePhaseCompleted), map[string]string{op.Name: itemopsv1alpha1.WaitingNoNodeAgent})
+		waitEnds(ctx, "Restore", "why-taint-back", string(velerov1api.RestorePhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingNoNodeAgent}})
 		Expect(volumeSum(ctx, "why-taint-restored", "tainted")).To(Equal(volumeSums["why-taint/tainted"]), "the restored volume's files")
 	})
+}
+
+// volumeHandle is the CSI volume of a PVC: the driver's ID of it.
+func volumeHandle(ctx context.Context, namespace, claim string) string {
+	GinkgoHelper()
+	pvc := &corev1.PersistentVolumeClaim{}
+	Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: claim}, pvc)).To(Succeed())
+	pv := &corev1.PersistentVolume{}
+	Expect(s.Client.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv)).To(Succeed())
+	return pv.Spec.CSI.VolumeHandle
 }
 
 func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {

@@ -248,6 +248,9 @@ func (d *Driver) CreateSnapshot(_ context.Context, req *csi.CreateSnapshotReques
 	if volume == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s not found", req.GetSourceVolumeId())
 	}
+	if msg := d.refusal(volume.ID); msg != "" {
+		return nil, status.Error(codes.Unavailable, msg)
+	}
 	held, _ := d.held(volume.ID)
 	r := &record{ID: uuid.NewString(), Name: req.GetName(), Capacity: volume.Capacity, Source: volume.ID, Created: time.Now().UnixNano(),
 		Pending: held}

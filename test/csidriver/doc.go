@@ -30,5 +30,7 @@ limitations under the License.
 // which csi-snapshotter asks whether it became ready, answers not ready
 // while the file is empty (a copy still running) and fails with the file's
 // content otherwise; once the file is gone, the next call makes it ready. A
-// volume is not made from a snapshot that is not ready.
+// volume is not made from a snapshot that is not ready. While the file
+// refuse-snapshot/<volume ID> exists, a new snapshot of that volume is not
+// cut at all: CreateSnapshot fails with the file's content.
 package csidriver

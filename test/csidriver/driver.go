@@ -72,14 +72,15 @@ type record struct {
 }
 
 const (
-	volumesDir      = "volumes"
-	snapshotsDir    = "snapshots"
-	failSnapshotDir = "fail-snapshot"
+	volumesDir        = "volumes"
+	snapshotsDir      = "snapshots"
+	failSnapshotDir   = "fail-snapshot"
+	refuseSnapshotDir = "refuse-snapshot"
 )
 
 // Serve listens on the Unix socket at path and serves until ctx ends.
 func (d *Driver) Serve(ctx context.Context, path string) error {
-	for _, dir := range []string{volumesDir, snapshotsDir, failSnapshotDir} {
+	for _, dir := range []string{volumesDir, snapshotsDir, failSnapshotDir, refuseSnapshotDir} {
 		if err := os.MkdirAll(filepath.Join(d.Root, dir), 0o755); err != nil {
 			return err
 		}
@@ -235,6 +236,19 @@ func copyFile(from, to string, mode fs.FileMode) error {
 		return err
 	}
 	return out.Close()
+}
+
+// refusal is the message a new snapshot of a volume is refused with (its
+// refuse-snapshot file's content), or "".
+func (d *Driver) refusal(volumeID string) string {
+	data, err := os.ReadFile(filepath.Join(d.Root, refuseSnapshotDir, volumeID))
+	if err != nil {
+		return ""
+	}
+	if msg := strings.TrimSpace(string(data)); msg != "" {
+		return msg
+	}
+	return "snapshots of volume " + volumeID + " are refused"
 }
 
 // held reports whether a volume's snapshots are held back (its

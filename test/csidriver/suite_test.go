@@ -107,6 +107,17 @@ var _ = Describe("The tests' CSI driver, beyond the sanity suite", func() {
 		Expect(os.WriteFile(filepath.Join(target, "blob"), data, 0o644)).To(Succeed())
 		want := sum(filepath.Join(target, "blob"))
 
+		By("not cut at all while the refuse-snapshot file names the volume")
+		refuseFile := filepath.Join(driver.Root, refuseSnapshotDir, vol.Volume.VolumeId)
+		Expect(os.WriteFile(refuseFile, []byte("the array is read-only\n"), 0o644)).To(Succeed())
+		_, err = controller.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: vol.Volume.VolumeId})
+		Expect(status.Code(err)).To(Equal(codes.Unavailable))
+		Expect(status.Convert(err).Message()).To(Equal("the array is read-only"))
+		none, err := controller.ListSnapshots(ctx, &csi.ListSnapshotsRequest{SourceVolumeId: vol.Volume.VolumeId})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(none.Entries).To(BeEmpty())
+		Expect(os.Remove(refuseFile)).To(Succeed())
+
 		By("cut but not ready while the fail-snapshot file names the volume, then failing once it says why")
 		failFile := filepath.Join(driver.Root, failSnapshotDir, vol.Volume.VolumeId)
 		Expect(os.WriteFile(failFile, nil, 0o644)).To(Succeed())

@@ -150,6 +150,10 @@ func (s *Stack) Storage(ctx context.Context) error {
 		Spec: corev1.ServiceSpec{ClusterIP: s3ServiceIP, Selector: labels,
 			Ports: []corev1.ServicePort{{Name: "s3", Port: s3Port, TargetPort: intstr.FromString("s3")}}},
 	}
+	control, err := s.sharedDir("slow-link")
+	if err != nil {
+		return err
+	}
 	slowLabels := map[string]string{"app": "slow-link"}
 	slow := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "slow-link", Namespace: StorageNamespace},
@@ -162,12 +166,15 @@ func (s *Stack) Storage(ctx context.Context) error {
 					Containers: []corev1.Container{{
 						Name: "throttle", Image: ThrottleImage, ImagePullPolicy: corev1.PullNever,
 						Args: []string{fmt.Sprintf("--listen=:%d", s3Port), fmt.Sprintf("--to=%s:%d", s3ServiceIP, s3Port),
-							fmt.Sprintf("--rate=%d", SlowRate)},
+							fmt.Sprintf("--rate=%d", SlowRate), "--pause-file=/control/paused"},
 						Ports:           []corev1.ContainerPort{{Name: "s3", ContainerPort: s3Port}},
 						SecurityContext: RestrictedContainer(),
+						VolumeMounts:    []corev1.VolumeMount{{Name: "control", MountPath: "/control", ReadOnly: true}},
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(s3Port)}},
 							PeriodSeconds: 1},
 					}},
+					Volumes: []corev1.Volume{{Name: "control", VolumeSource: corev1.VolumeSource{
+						HostPath: &corev1.HostPathVolumeSource{Path: control, Type: ptr.To(corev1.HostPathDirectory)}}}},
 				},
 			},
 		},
@@ -297,6 +304,12 @@ func (s *Stack) WaitAvailable(ctx context.Context, namespace, name string, timeo
 		return fmt.Errorf("waiting for Deployment %s/%s: %w\n%s", namespace, name, err, s.Diagnose(context.WithoutCancel(ctx), namespace))
 	}
 	return nil
+}
+
+// SlowLinkPause is the host file whose existence holds every byte on the
+// slow link (SlowS3URL) back, its connections open.
+func (s *Stack) SlowLinkPause() string {
+	return filepath.Join(s.Work, "volumes", "slow-link", "paused")
 }
 
 // SampleStateDir is the host directory behind the sample plugins' shared
