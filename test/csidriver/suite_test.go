@@ -37,20 +37,24 @@ import (
 )
 
 // The driver under test listens here; the sanity suite's specs are
-// registered with this address before the suite runs.
+// registered before the suite runs, and use the connection BeforeSuite makes.
 var (
 	dir, _ = os.MkdirTemp("", "csidriver-")
 	socket = filepath.Join(dir, "csi.sock")
 	driver = &Driver{Name: "csi.itemops.io", NodeID: "node-1", Root: filepath.Join(dir, "root")}
 	config = func() *sanity.TestConfig {
 		c := sanity.NewTestConfig()
-		c.Address = "unix://" + socket
+		// No Address: the sanity suite reuses the connection BeforeSuite
+		// makes (sc.Conn). Its own dial waits for the connection's state to
+		// change from the one it reads after dialing, and waits a minute in
+		// vain when the connection was already Ready by then.
+		c.Address = ""
 		c.TargetPath = filepath.Join(dir, "target")
 		c.StagingPath = filepath.Join(dir, "staging")
 		c.TestVolumeSize = 64 << 20
 		return &c
 	}()
-	_ = sanity.GinkgoTest(config)
+	sc = sanity.GinkgoTest(config)
 )
 
 func TestCSIDriver(t *testing.T) {
@@ -68,6 +72,7 @@ var _ = BeforeSuite(func() {
 		Expect(os.RemoveAll(dir)).To(Succeed())
 	})
 	Eventually(func() error { _, err := os.Stat(socket); return err }, 10*time.Second, 10*time.Millisecond).Should(Succeed())
+	sc.Conn = connect()
 })
 
 // connect is a client of the driver under test.
