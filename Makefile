@@ -68,27 +68,28 @@ ARTIFACTS ?= $(CURDIR)/_artifacts
 .PHONY: test
 test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suites included (LABELS=, FOCUS= run a subset; JUnit reports in _artifacts/).
 	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws, velero,
-	@# versitygw, helm) are built once per machine, and the pinned promtool and
-	@# image builder compiled; build them while the checks run. What only the
-	@# real-node suite needs (the node's Kubernetes binaries, kubectl, the CSI
-	@# snapshot controller and external-provisioner) builds beside the suites,
-	@# at the lowest CPU priority: that suite runs last, and its scripts wait
-	@# for these builds through their locks.
-	assets_out="$$(mktemp)"; node_out="$$(mktemp)"; trap 'rm -f "$$assets_out" "$$node_out"' EXIT; \
+	@# versitygw, helm, the CSI snapshot controller and external-provisioner)
+	@# are built once per machine, and the pinned promtool and image builder
+	@# compiled; build them while the checks run. The suites start once what
+	@# they run is built: what only the real-node suite runs (the CSI binaries,
+	@# the node's Kubernetes binaries and kubectl) builds on beside them, and
+	@# that suite, last in its lane, waits for it through the scripts' locks.
+	assets_out="$$(mktemp)"; node_out="$$(mktemp)"; csi_out="$$(mktemp)"; trap 'rm -f "$$assets_out" "$$node_out" "$$csi_out"' EXIT; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
 	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \
 	  hack/cached-binary.sh versitygw > /dev/null & s3=$$!; \
 	  hack/cached-binary.sh helm > /dev/null & helm=$$!; \
+	  { hack/cached-binary.sh snapshot-controller && hack/cached-binary.sh csi-provisioner; } > /dev/null 2> "$$csi_out" & csi=$$!; \
 	  hack/envtest-assets.sh control-plane > "$$assets_out" & assets=$$!; \
 	  go -C hack/tools/prometheus build -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
 	  go -C hack/tools/image build -o /dev/null . & image=$$!; \
 	  hack/cluster-packages.sh & packages=$$!; \
 	  $(MAKE) --no-print-directory verify vet; \
 	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$assets; wait $$promtool; wait $$image; wait $$packages; \
-	  { nice -n 19 hack/envtest-assets.sh && nice -n 19 hack/cached-binary.sh snapshot-controller && \
-	    nice -n 19 hack/cached-binary.sh csi-provisioner; } > /dev/null 2> "$$node_out" & node=$$!; \
+	  hack/envtest-assets.sh > /dev/null 2> "$$node_out" & node=$$!; \
 	  status=0; KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh || status=$$?; \
-	  wait $$node || { echo "=== building the real-node suite's binaries failed:"; cat "$$node_out"; status=1; }; \
+	  wait $$node || { echo "=== building the node's Kubernetes binaries failed:"; cat "$$node_out"; status=1; }; \
+	  wait $$csi || { echo "=== building the CSI snapshot controller or external-provisioner failed:"; cat "$$csi_out"; status=1; }; \
 	  exit $$status
 
 .PHONY: test-e2e
