@@ -47,6 +47,10 @@ import (
 // cluster shows it, on a loaded machine.
 const settle = 30 * time.Second
 
+// progressUpdateInterval is the chart's: the least time between two writes
+// of an operation's moving progress.
+const progressUpdateInterval = 30 * time.Second
+
 // causeShown waits until the cluster itself shows what holds a parent's
 // data movement (held, the test's own reading of the objects, while an
 // ItemOperation of the parent exists), then until one of the parent's
@@ -372,7 +376,10 @@ EOF`)
 		Expect(os.WriteFile(s.SlowLinkPause(), nil, 0o644)).To(Succeed())
 		// The cluster shows the stall once the DataUpload's bytes have not
 		// moved for the stall period (kopia counts what it has read, not
-		// what reached the bucket: they stop a moment after the link does).
+		// what reached the bucket: they stop a moment after the link does)
+		// and one progress write interval more: itemops' stall clock starts
+		// at the last progress it wrote, and it writes moving progress at
+		// most once per progressUpdateInterval (the chart's 30s).
 		last, changed := int64(-1), time.Now()
 		op := causeShown(ctx, "Backup", "why-stall", "stuck", itemopsv1alpha1.WaitingNoProgress, `progress has not moved since`,
 			func(g Gomega) {
@@ -383,7 +390,7 @@ EOF`)
 				if done := du.Status.Progress.BytesDone; done != last {
 					last, changed = done, time.Now()
 				}
-				g.Expect(time.Since(changed)).To(BeNumerically(">=", stallAfter), "DataUpload %s's bytes (%d) standing still", name, last)
+				g.Expect(time.Since(changed)).To(BeNumerically(">=", stallAfter+progressUpdateInterval), "DataUpload %s's bytes (%d) standing still", name, last)
 			})
 		Expect(run(ctx, "kubectl itemops why backup why-stall -n velero")).To(ContainSubstring("waiting for NoProgress"))
 		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
