@@ -130,11 +130,15 @@ func waitEnds(ctx context.Context, kind, parent string, want string, waited map[
 }
 
 // passing are the causes that a movement may show on its own, without the
-// spec making them, for as long as one poll can catch: a namespace's first
-// movement to a location waits while Velero initializes its repository
-// (RepositoryNotReady). waitEnds accepts one Event of such a cause beside
-// the one made, never more.
-var passing = map[string]bool{itemopsv1alpha1.WaitingRepositoryNotReady: true}
+// spec making them, for as long as one poll can catch: every movement waits
+// while the CSI driver cuts its snapshot (SnapshotNotReady), and a
+// namespace's first movement to a location while Velero initializes its
+// repository (RepositoryNotReady). waitEnds accepts one Event of such a
+// cause beside the ones made, never more.
+var passing = map[string]bool{
+	itemopsv1alpha1.WaitingSnapshotNotReady:   true,
+	itemopsv1alpha1.WaitingRepositoryNotReady: true,
+}
 
 func parentPhase(g Gomega, kind, name string) string {
 	if kind == "Restore" {
