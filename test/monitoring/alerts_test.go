@@ -87,7 +87,7 @@ func promtool(t *testing.T, g RuleGroups, args ...string) (string, error) {
 	if err := os.WriteFile(paths["TESTS"], tests, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	argv := []string{"tool", "promtool"}
+	argv := []string{"run", "-tags", PromtoolTags, "github.com/prometheus/prometheus/cmd/promtool"}
 	for _, a := range args {
 		if p, ok := paths[a]; ok {
 			a = p

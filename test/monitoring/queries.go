@@ -35,6 +35,10 @@ const (
 	DashboardFile = "charts/itemops/files/dashboards/itemops.json"
 	// PrometheusTools is the module that pins promtool and the PromQL parser.
 	PrometheusTools = "hack/tools/prometheus"
+	// PromtoolTags are promtool's build tags: checking and testing rules
+	// needs none of Prometheus' service discoveries, which are most of what
+	// a first build compiles (make test builds promtool with the same tags).
+	PromtoolTags = "remove_all_sd"
 )
 
 // Query is one PromQL expression itemops ships: an alert's expression, a
