@@ -4,9 +4,10 @@
 # KUBEBUILDER_ASSETS: envtest's control plane (kube-apiserver and etcd) and the
 # rest of a one-node cluster (kube-controller-manager, kube-scheduler, kubelet
 # and kube-proxy) and kubectl, which test/cluster runs. The Kubernetes commands
-# come from one module and one `go build`, so that their shared packages
-# compile once. Prebuilt archives cannot be downloaded in every environment; the
-# module proxy can always be reached.
+# missing from the cache come from one module and one `go build`, and Go's
+# build cache keeps what a first build compiled for a later one, so their
+# shared packages compile once. Prebuilt archives cannot be downloaded in every
+# environment; the module proxy can always be reached.
 #
 # `hack/envtest-assets.sh control-plane` builds only kube-apiserver and etcd,
 # all envtest needs, into the same directory: make test starts the envtest
