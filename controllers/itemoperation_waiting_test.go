@@ -166,8 +166,9 @@ var _ = Describe("Why an operation waits", Label("envtest"), func() {
 		g.Expect(waitingMessage(g, op)).To(And(ContainSubstring("StorageClass missing"), ContainSubstring(`"missing" not found`)))
 
 		By("the volume bound, the data mover's pod cannot be scheduled")
-		// The pod's state is there before the volume binds, so that no
-		// poll sees the movement between two causes.
+		// The pod's state is there, as the reconcilers read it (their
+		// cache), before the volume binds, so that no poll sees the
+		// movement between two causes.
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: "velero/velero:v1.18.3"}}}}
 		g.Expect(env.Client.Create(ctx, pod)).To(Succeed())
@@ -175,6 +176,11 @@ var _ = Describe("Why an operation waits", Label("envtest"), func() {
 			Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 			Message: "0/1 nodes are available: 1 node(s) had untolerated taint {itemops.io/hold: }."}}}
 		g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
+		g.Eventually(func(g Gomega) corev1.PodPhase {
+			seen := &corev1.Pod{}
+			g.Expect(cached.Get(ctx, client.ObjectKeyFromObject(pod), seen)).To(Succeed())
+			return seen.Status.Phase
+		}, within).Should(Equal(corev1.PodPending))
 		pvc.Status.Phase = corev1.ClaimBound
 		g.Expect(env.Client.Status().Update(ctx, pvc)).To(Succeed())
 		g.Eventually(waiting(op), within, testSync).Should(Equal("True/PodUnschedulable, waitingFor=PodUnschedulable"))

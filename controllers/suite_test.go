@@ -30,6 +30,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -65,6 +66,8 @@ var (
 	plugins *plugin.Manager
 	// files are the operations files of the suite's Backups and Restores.
 	files = newFakeStore()
+	// cached reads as the reconcilers do, through the manager's cache.
+	cached client.Reader
 )
 
 func TestControllers(t *testing.T) {
@@ -112,6 +115,7 @@ var _ = BeforeSuite(func() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(SetupIndexes(context.Background(), mgr)).To(Succeed())
+	cached = mgr.GetClient()
 	Expect(mgr.Add(plugins)).To(Succeed())
 	files.locations = &store.Store{Client: mgr.GetClient(), Secrets: mgr.GetAPIReader(),
 		Namespace: envtest.VeleroNamespace, CredentialsDir: filepath.Join(dir, "credentials")}

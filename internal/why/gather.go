@@ -169,6 +169,10 @@ func (g *Gatherer) nodeAgentPods(ctx context.Context, m *Movement) error {
 // exposed reads what an Accepted movement exposes: the snapshot, the
 // volume and the pod, all named after it in Velero's namespace (the
 // DataUpload's snapshot is in the application's namespace until copied).
+// They are read in the order the movement goes through them, snapshot
+// first: a poll that reads while the movement passes from one to the next
+// sees it at the earlier one or at the later one, never between the two
+// with nothing holding it.
 func (g *Gatherer) exposed(ctx context.Context, m *Movement, sourceNS, sourceSnapshot string) error {
 	key := client.ObjectKey{Namespace: m.Namespace, Name: m.Name}
 	pod := &corev1.Pod{}
@@ -177,6 +181,12 @@ func (g *Gatherer) exposed(ctx context.Context, m *Movement, sourceNS, sourceSna
 		m.Pod = pod
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading the data mover's pod: %w", err)
+	}
+	// A pod exists once the snapshot is exposed: its readiness is past.
+	if m.Kind == "DataUpload" && m.Pod == nil {
+		if err := g.snapshot(ctx, m, key, sourceNS, sourceSnapshot); err != nil {
+			return err
+		}
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
 	switch err := g.direct().Get(ctx, key, pvc); {
@@ -194,14 +204,15 @@ func (g *Gatherer) exposed(ctx context.Context, m *Movement, sourceNS, sourceSna
 		}
 		m.VolumeEvents = events.Items
 	}
-	if m.Kind != "DataUpload" || m.Pod != nil {
-		// A pod exists once the snapshot is exposed: its readiness is past.
-		return nil
-	}
-	// Velero waits for the snapshot in the application's namespace to be
-	// ready, then copies it into its own under the movement's name. Both
-	// are read around the cache, with the get on VolumeSnapshots that
-	// Velero's CSI plugins need anyway (a cache would list and watch them).
+	return nil
+}
+
+// snapshot reads the VolumeSnapshot a DataUpload waits for. Velero waits
+// for the snapshot in the application's namespace to be ready, then copies
+// it into its own under the movement's name. Both are read around the
+// cache, with the get on VolumeSnapshots that Velero's CSI plugins need
+// anyway (a cache would list and watch them).
+func (g *Gatherer) snapshot(ctx context.Context, m *Movement, key client.ObjectKey, sourceNS, sourceSnapshot string) error {
 	vs := &snapshotv1.VolumeSnapshot{}
 	switch err := g.direct().Get(ctx, key, vs); {
 	case err == nil:
