@@ -47,9 +47,22 @@ import (
 // cluster shows it, on a loaded machine.
 const settle = 30 * time.Second
 
-// progressUpdateInterval is the chart's: the least time between two writes
-// of an operation's moving progress.
-const progressUpdateInterval = 30 * time.Second
+// managerDuration is the duration flag name of itemops' running manager,
+// as the chart's values rendered it.
+func managerDuration(g Gomega, name string) time.Duration {
+	pods := managers(g)
+	g.Expect(pods).NotTo(BeEmpty())
+	args := pods[0].Spec.Containers[0].Args
+	for _, arg := range args {
+		if value, ok := strings.CutPrefix(arg, "--"+name+"="); ok {
+			d, err := time.ParseDuration(value)
+			g.Expect(err).NotTo(HaveOccurred())
+			return d
+		}
+	}
+	g.Expect(args).To(ContainElement(HavePrefix("--" + name + "=")))
+	return 0
+}
 
 // causeShown waits until the cluster itself shows what holds a parent's
 // data movement (held, the test's own reading of the objects, while an
@@ -383,7 +396,9 @@ EOF`)
 		// what reached the bucket: they stop a moment after the link does)
 		// and one progress write interval more: itemops' stall clock starts
 		// at the last progress it wrote, and it writes moving progress at
-		// most once per progressUpdateInterval (the chart's 30s).
+		// most once per progress update interval (the chart's
+		// progressUpdateInterval).
+		progressUpdateInterval := managerDuration(Default, "progress-update-interval")
 		last, changed := int64(-1), time.Now()
 		op := causeShown(ctx, "Backup", "why-stall", "stuck", itemopsv1alpha1.WaitingNoProgress, `progress has not moved since`,
 			func(g Gomega) {
