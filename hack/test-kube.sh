@@ -13,7 +13,8 @@
 #                   every minor from 1.31 to 1.37 the module proxy serves)
 #   KUBE_CLUSTER    0 leaves out test/cluster (default: 1)
 #   KUBE_RESULTS    where the table goes (default: test/kube/results.md;
-#                   empty: nowhere)
+#                   empty: nowhere). A run of some releases replaces their
+#                   rows and keeps the others', each row with its day.
 #   ARTIFACTS       the JUnit reports go into ARTIFACTS/kube-<release>/
 #   LABELS, FOCUS   as for make test
 set -euo pipefail
@@ -94,19 +95,30 @@ for v in "${versions[@]}"; do
   fi
   echo "=== Kubernetes v$v: $result, $passed of $total specs, $((took / 60))m$((took % 60))s" >&2
   suites="$(sed 's|\./||g; s|test/||g' <<<"${packages[*]}" | sed 's/ /, /g')"
-  rows+=("| v$v | v$velero | ${helm:+helm v$helm; }$suites | $result | $passed of $total | $((took / 60))m$((took % 60))s |")
+  rows+=("| v$v | v$velero | ${helm:+helm v$helm; }$suites | $result | $passed of $total | $((took / 60))m$((took % 60))s | $(date -u +%F) |")
 done
 
 if [[ -n "$results" ]]; then
+  # The rows of the releases not run this time stay, with their day (a
+  # row from before rows had one takes the day the table was written).
+  if [[ -f "$results" ]]; then
+    written="$(sed -nE 's/^Written by .* on ([0-9]{4}-[0-9]{2}-[0-9]{2}).*/\1/p' "$results" | head -1)"
+    while IFS= read -r row; do
+      v="$(sed -E 's/^\| v([0-9.]+) \|.*/\1/' <<<"$row")"
+      [[ " ${versions[*]} " == *" $v "* ]] && continue
+      (($(grep -o '|' <<<"$row" | wc -l) == 7)) && row="$row ${written:-?} |"
+      rows+=("$row")
+    done < <(grep -E '^\| v[0-9]' "$results")
+  fi
   mkdir -p "$(dirname "$results")"
   {
     echo "# itemops on each Kubernetes release"
     echo
-    echo "Written by \`make test-kube\` (hack/test-kube.sh) on $(date -u +%F): $(go env GOOS)/$(go env GOARCH), $(nproc) cores, $(go env GOVERSION). Each release runs its own kube-apiserver and etcd v${ENVTEST_ETCD_VERSION:-3.6.16}, built from the module proxy; test/compat runs beside the Velero release of that Kubernetes' era, and test/cluster (a real one-node cluster: kubelet, kube-proxy, containerd, itemops installed with helm as the README says) at the oldest and the newest. The time includes starting each suite's control plane; the binaries were built before."
+    echo "Written by \`make test-kube\` (hack/test-kube.sh) on $(date -u +%F): $(go env GOOS)/$(go env GOARCH), $(nproc) cores, $(go env GOVERSION). Each release runs its own kube-apiserver and etcd v${ENVTEST_ETCD_VERSION:-3.6.16}, built from the module proxy; test/compat runs beside the Velero release of that Kubernetes' era, and test/cluster (a real one-node cluster: kubelet, kube-proxy, containerd, itemops installed with helm as the README says) at the oldest and the newest. The time includes starting each suite's control plane; the binaries were built before. A run of some releases (KUBE_VERSIONS) replaces their rows and keeps the others; each row says the day it ran."
     echo
-    echo "| Kubernetes | Velero | suites | result | specs passed | time |"
-    echo "|---|---|---|---|---|---|"
-    printf '%s\n' "${rows[@]}"
+    echo "| Kubernetes | Velero | suites | result | specs passed | time | run on |"
+    echo "|---|---|---|---|---|---|---|"
+    printf '%s\n' "${rows[@]}" | sort -t'|' -k2,2V
   } > "$results"
   echo "results: $results" >&2
 fi

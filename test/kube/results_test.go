@@ -54,8 +54,8 @@ func readResults(t *testing.T) []row {
 		if !strings.HasPrefix(line, "|") || m == nil {
 			continue
 		}
-		if len(cells) != 6 {
-			t.Fatalf("results.md: a row of %d cells, not 6: %q", len(cells), line)
+		if len(cells) != 7 {
+			t.Fatalf("results.md: a row of %d cells, not 7: %q", len(cells), line)
 		}
 		minor, _ := strconv.Atoi(m[1])
 		rows = append(rows, row{minor: minor, passed: cells[3] == "passed", cells: cells})
