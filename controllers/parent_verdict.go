@@ -66,8 +66,11 @@ func postOperations(phase rollup.Phase) bool {
 // operations that its ItemOperations do not show: the parent's counters
 // (Velero's, or in manage mode those Velero left before itemops took over)
 // count more failures than the ItemOperations show, or, in observe mode,
-// Velero is done with the operations and its counters differ from theirs
-// or some operation has not ended.
+// Velero is done with the operations and its counters differ from theirs,
+// some operation has not ended, or some failed: Velero's words for a
+// failure may not be those itemops' polls saw (an operation Velero timed
+// out and cancelled answers the plugin's own error when itemops polls it
+// first), and the counters cannot tell.
 func verdictsDue(manage bool, phase rollup.Phase, recorded parentCounters, counts rollup.Counts) bool {
 	switch {
 	case rollup.Owned(phase):
@@ -75,7 +78,7 @@ func verdictsDue(manage bool, phase rollup.Phase, recorded parentCounters, count
 	case manage || !postOperations(phase):
 		return false
 	}
-	return recorded.Completed != counts.Completed || recorded.Failed != counts.Failed || counts.Unfinished() > 0
+	return recorded.Completed != counts.Completed || recorded.Failed != counts.Failed || counts.Unfinished() > 0 || counts.Failed > 0
 }
 
 // followVerdicts reads the operations file when verdictsDue says so and

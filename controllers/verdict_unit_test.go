@@ -351,6 +351,31 @@ var _ = Describe("The parent reconcilers follow Velero's records", Label("unit")
 		}
 	})
 
+	It("observe: a failure itemops saw in other words than Velero's takes Velero's once Velero is done", func() {
+		t := GinkgoTB()
+		ctx := context.Background()
+		f := setup(t, velerov1api.BackupPhasePartiallyFailed, parentCounters{2, 1, 1}, 1,
+			[]itemopsv1alpha1.OperationPhase{itemopsv1alpha1.OperationPhaseCompleted, itemopsv1alpha1.OperationPhaseFailed},
+			[]itemoperation.OperationPhase{itemoperation.OperationPhaseCompleted, itemoperation.OperationPhaseFailed})
+		// Velero's timeout cancelled it, and itemops' poll got the plugin's
+		// answer before Velero's record: the counters agree, the words do not.
+		f.ops[1].Status.Error = "operation canceled"
+		if err := f.c.Status().Update(ctx, f.ops[1]); err != nil {
+			t.Fatal(err)
+		}
+		reconcile(t, f, false)
+		op := &itemopsv1alpha1.ItemOperation{}
+		if err := f.c.Get(ctx, client.ObjectKeyFromObject(f.ops[1]), op); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := recordStatus(op); err != nil || rec == nil || rec.Error != eofError {
+			t.Fatalf("the failed operation holds record %+v (%v), want Velero's error %q", rec, err, eofError)
+		}
+		if reads, writes := f.store.counts("uid-b"); reads != 1 || writes != 0 {
+			t.Errorf("%d reads and %d writes of the file, want 1 and 0", reads, writes)
+		}
+	})
+
 	It("observe: a Backup that ended before itemops followed it (no ItemOperations) costs no read", func() {
 		t := GinkgoTB()
 		f := setup(t, velerov1api.BackupPhaseCompleted, parentCounters{3, 3, 0}, 0, nil, nil)
