@@ -12,6 +12,8 @@
 #   KUBE_VERSIONS   the Kubernetes releases (default: the newest patch of
 #                   every minor from 1.31 to 1.37 the module proxy serves)
 #   KUBE_CLUSTER    0 leaves out test/cluster (default: 1)
+#   KUBE_HELM       the helm release test/cluster installs with (default:
+#                   3.22.0 at the oldest release run, 4.3.1 at the newest)
 #   KUBE_RESULTS    where the table goes (default: test/kube/results.md;
 #                   empty: nowhere). A run of some releases replaces their
 #                   rows and keeps the others', each row with its day.
@@ -78,6 +80,7 @@ for v in "${versions[@]}"; do
     packages+=(./test/cluster)
     helm=3.22.0
     [[ "$v" == "$newest" ]] && helm=4.3.1
+    helm="${KUBE_HELM:-$helm}"
   fi
   out="$ARTIFACTS/kube-$v"
   mkdir -p "$out"
