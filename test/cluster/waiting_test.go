@@ -27,6 +27,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -243,10 +244,28 @@ func onlyMovement(g Gomega, kind, parent string) (string, string) {
 func whyOperationsWait() {
 	It("why an operation waits: a taint the data mover's pod does not tolerate is PodUnschedulable, until it is removed", func(ctx SpecContext) {
 		appNamespace(ctx, "why-taint", item{name: "tainted", mib: 16})
+		// node-agent tolerates the taint, as an administrator lets it on
+		// nodes under maintenance; the data mover's pods do not inherit
+		// it (Velero passes on only some cloud providers' tolerations).
+		// Without it Velero finds no node-agent ready on this one node
+		// (its DaemonSet counts no pod on a node it may not schedule to)
+		// and fails the volume at once.
+		const tolerate = `[{"op":"add","path":"/spec/template/spec/tolerations","value":[{"key":"itemops.io/maintenance","operator":"Exists","effect":"NoSchedule"}]}]`
+		run(ctx, "kubectl -n velero patch daemonset node-agent --type json -p '"+tolerate+"'")
+		DeferCleanup(func(ctx SpecContext) {
+			run(ctx, `kubectl -n velero patch daemonset node-agent --type json -p '[{"op":"remove","path":"/spec/template/spec/tolerations"}]'`)
+			run(ctx, "kubectl -n velero rollout status daemonset/node-agent --timeout=3m")
+		})
+		run(ctx, "kubectl -n velero rollout status daemonset/node-agent --timeout=3m")
 		run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance=now:NoSchedule")
 		DeferCleanup(func(ctx SpecContext) {
 			_, _ = s.Run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance- || true")
 		})
+		Eventually(func(g Gomega) int32 {
+			ds := &appsv1.DaemonSet{}
+			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "node-agent"}, ds)).To(Succeed())
+			return ds.Status.NumberReady
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(BeNumerically(">", 0), "node-agent ready on the tainted node, as Velero checks it")
 		run(ctx, "velero backup create why-taint --include-namespaces why-taint --snapshot-move-data")
 		op := causeShown(ctx, "Backup", "why-taint", "tainted", itemopsv1alpha1.WaitingPodUnschedulable, `cannot be scheduled: .*untolerated taint`,
 			func(g Gomega) {
