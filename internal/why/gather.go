@@ -169,10 +169,11 @@ func (g *Gatherer) nodeAgentPods(ctx context.Context, m *Movement) error {
 // exposed reads what an Accepted movement exposes: the snapshot, the
 // volume and the pod, all named after it in Velero's namespace (the
 // DataUpload's snapshot is in the application's namespace until copied).
-// They are read in the order the movement goes through them, snapshot
-// first: a poll that reads while the movement passes from one to the next
-// sees it at the earlier one or at the later one, never between the two
-// with nothing holding it.
+// The pod is read first only to know whether the snapshot's wait is past;
+// the snapshot, the volume and its Events are then read in the order the
+// movement goes through them: a poll that reads while the movement passes
+// from one to the next sees it at the earlier one or at the later one,
+// never between the two with nothing holding it.
 func (g *Gatherer) exposed(ctx context.Context, m *Movement, sourceNS, sourceSnapshot string) error {
 	key := client.ObjectKey{Namespace: m.Namespace, Name: m.Name}
 	pod := &corev1.Pod{}
