@@ -70,7 +70,8 @@ func managerDuration(g Gomega, name string) time.Duration {
 // ItemOperation of the parent exists), then until one of the parent's
 // operations (the one of item, or any when item is "") says it waits for
 // reason with evidence matching: within two polls. It returns that
-// operation.
+// operation. The cluster is given six minutes: a scheduler retries a pod it
+// found unschedulable at the latest after five.
 func causeShown(ctx context.Context, kind, parent, item, reason, evidence string, held func(g Gomega)) itemopsv1alpha1.ItemOperation {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
@@ -80,7 +81,7 @@ func causeShown(ctx context.Context, kind, parent, item, reason, evidence string
 			g.Expect(ops).To(HaveKey(item))
 		}
 		held(g)
-	}).WithContext(ctx).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "the cluster showing what holds %s %s", kind, parent)
+	}).WithContext(ctx).WithTimeout(6*time.Minute).WithPolling(time.Second).Should(Succeed(), "the cluster showing what holds %s %s", kind, parent)
 	since := time.Now()
 	var waiting itemopsv1alpha1.ItemOperation
 	Eventually(func(g Gomega) {
@@ -267,12 +268,17 @@ func whyOperationsWait() {
 			return ds.Status.NumberReady
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(BeNumerically(">", 0), "node-agent ready on the tainted node, as Velero checks it")
 		run(ctx, "velero backup create why-taint --include-namespaces why-taint --snapshot-move-data")
+		// The scheduler may first find the pod's volume not yet bound
+		// (Velero makes both at once) and say so; it tries again once the
+		// volume binds, at the latest when it retries every unschedulable
+		// pod (five minutes): the cluster shows the taint from then on.
 		op := causeShown(ctx, "Backup", "why-taint", "tainted", itemopsv1alpha1.WaitingPodUnschedulable, `cannot be scheduled: .*untolerated taint`,
 			func(g Gomega) {
 				name, _ := onlyMovement(g, "Backup", "why-taint")
 				c := podCondition(dataMoverPod(g, name), corev1.PodScheduled)
 				g.Expect(c).NotTo(BeNil())
 				g.Expect(c.Reason).To(Equal(corev1.PodReasonUnschedulable))
+				g.Expect(c.Message).To(ContainSubstring("untolerated taint"))
 			})
 		Expect(run(ctx, "kubectl itemops why backup why-taint -n velero")).To(ContainSubstring("waiting for PodUnschedulable"))
 		run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance-")
