@@ -36,7 +36,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -46,6 +45,7 @@ import (
 	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/kubeversion"
 	"github.com/itemops/itemops/internal/metrics"
+	"github.com/itemops/itemops/internal/metricsauth"
 	"github.com/itemops/itemops/internal/options"
 	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/progress"
@@ -302,7 +302,9 @@ func main() {
 // metricsServer serves metrics, by default over HTTPS with HTTP/2 off (its
 // stream resets and rapid resets cost the server, CVE-2023-44487) to callers
 // the API server authenticates and allows to get /metrics: every scrape
-// walks every ItemOperation, and the output names plugins and binaries.
+// walks every ItemOperation, and the output names plugins and binaries. A
+// token the API server does not accept is a 401 at once, and a burst of
+// bad tokens costs a bounded number of TokenReviews (internal/metricsauth).
 func metricsServer(opts options.Options) (metricsserver.Options, error) {
 	server := metricsserver.Options{BindAddress: opts.MetricsBindAddress}
 	if !opts.MetricsSecure {
@@ -319,7 +321,7 @@ func metricsServer(opts options.Options) (metricsserver.Options, error) {
 		}
 		server.CertDir = opts.MetricsCertDir
 	}
-	server.FilterProvider = filters.WithAuthenticationAndAuthorization
+	server.FilterProvider = metricsauth.Filter
 	server.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
 	return server, nil
 }

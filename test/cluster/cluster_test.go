@@ -32,6 +32,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -474,6 +475,23 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 			g.Expect(body).NotTo(ContainSubstring("itemops_"))
 			return code
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Equal(http.StatusUnauthorized))
+		By("a bearer token that is not a token: 401 within the client's 5 seconds, and a burst of 50 answered 401 or 429 without a log line")
+		code, _ := scrapeAs(Default, "not-a-token")
+		Expect(code).To(Equal(http.StatusUnauthorized))
+		codes := make([]int, 50)
+		var wg sync.WaitGroup
+		for i := range codes {
+			wg.Go(func() {
+				defer GinkgoRecover()
+				codes[i], _ = scrapeAs(Default, fmt.Sprintf("not-a-token-%d", i))
+			})
+		}
+		wg.Wait()
+		for _, code := range codes {
+			Expect(code).To(BeElementOf(http.StatusUnauthorized, http.StatusTooManyRequests))
+		}
+		Expect(run(ctx, "kubectl logs -n velero -l app.kubernetes.io/name=itemops,app.kubernetes.io/component=manager --tail=-1")).
+			NotTo(ContainSubstring("Authentication failed"))
 		Expect(s.RunDoc(ctx, "docs/metrics.md", "metrics-reader")).To(Succeed())
 		metricsToken = strings.TrimSpace(run(ctx, "kubectl create token metrics-reader -n velero"))
 		Eventually(scrape).WithContext(ctx).WithTimeout(time.Minute).Should(And(
