@@ -174,8 +174,9 @@ var _ = Describe("The manager binary", func() {
 			return *lease.Spec.HolderIdentity, nil
 		}, 30*time.Second, 100*time.Millisecond).ShouldNot(BeEmpty(), "manager output:\n%s", output.String())
 
-		// Metrics are HTTPS, and only for readers: no token is 401, a
-		// token of someone who may not get /metrics 403.
+		// Metrics are HTTPS, and only for readers: no token, or one that
+		// is not a token, is 401, a token of someone who may not get
+		// /metrics 403.
 		url := "https://" + metrics + "/metrics"
 		g.Eventually(func() (string, error) {
 			_, body, err := getWith(metricsReader(t), url)
@@ -185,6 +186,9 @@ var _ = Describe("The manager binary", func() {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(code).To(Equal(http.StatusUnauthorized), body)
 		g.Expect(body).NotTo(ContainSubstring("itemops_"))
+		code, body, err = getWith(scrape.Client("not-a-token"), url)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(code).To(Equal(http.StatusUnauthorized), "a bearer token that is not a token: %s", body)
 		code, body, err = getWith(scrape.Client(chartToken(g, kubeconfig)), url)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(code).To(Equal(http.StatusForbidden), "itemops itself may not read its metrics: %s", body)
