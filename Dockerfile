@@ -15,6 +15,7 @@ COPY pkg/ pkg/
 COPY cmd/ cmd/
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o itemops .
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o cp-plugin ./cmd/cp-plugin
+RUN mkdir plugins
 
 FROM gcr.io/distroless/static:nonroot
 ARG VERSION=dev
@@ -30,8 +31,10 @@ COPY --from=builder /workspace/itemops .
 # Run by init containers to copy plugin binaries out of images without a cp
 # (Velero's own, for its built-in plugins).
 COPY --from=builder /workspace/cp-plugin .
-USER 65532:65532
 # Velero plugin binaries are copied here by init containers (an emptyDir in
-# the chart and in config/manager).
+# the chart and in config/manager); group 0 may write it, as for any user a
+# platform assigns with group 0 (OpenShift's restricted-v2).
+COPY --from=builder --chown=65532:0 --chmod=0775 /workspace/plugins /plugins
+USER 65532:65532
 VOLUME ["/plugins"]
 ENTRYPOINT ["/itemops"]

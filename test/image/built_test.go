@@ -154,6 +154,12 @@ func TestTheBuiltImage(t *testing.T) {
 	g.Expect(strings.Count(string(files["/etc/ssl/certs/ca-certificates.crt"].data), "BEGIN CERTIFICATE")).To(BeNumerically(">", 100))
 	g.Expect(string(files["/etc/passwd"].data)).To(ContainSubstring("nonroot:x:65532:65532:"))
 	g.Expect(files["/tmp"].header.Mode & 0o1777).To(Equal(int64(0o1777)))
+	// Any user a platform assigns with group 0 may use them as the image's own.
+	for _, dir := range []string{"/plugins", "/home/nonroot"} {
+		h := files[dir].header
+		g.Expect([]int{h.Uid, h.Gid}).To(Equal([]int{65532, 0}), dir)
+		g.Expect(h.Mode&0o070>>3).To(Equal(h.Mode&0o700>>6), "%s: group 0 may do what its user may (mode %#o)", dir, h.Mode)
+	}
 
 	// The manager in the image: static, and built with the Dockerfile's flags.
 	inImage := filepath.Join(t.TempDir(), "itemops")

@@ -18,7 +18,8 @@ limitations under the License.
 // from static binaries built beforehand (hack/image.sh builds them as the
 // Dockerfile does): for each platform, one layer as small as distroless'
 // static:nonroot base (the users root, nobody and nonroot 65532, a CA
-// bundle, /tmp, /home/nonroot, /plugins) and one with /itemops and
+// bundle, /tmp, /home/nonroot, /plugins, the last two also group 0's, for
+// a user a platform assigns with group 0) and one with /itemops and
 // /cp-plugin; the config runs /itemops as 65532:65532. Every file and the
 // image carry the commit's time, so the same commit gives the same digests.
 //
@@ -172,11 +173,11 @@ func image(dir string, platform *v1.Platform, base v1.Layer, when time.Time, lab
 
 // entry is one file or directory of a layer.
 type entry struct {
-	name string
-	mode int64
-	uid  int
-	data []byte
-	dir  bool
+	name     string
+	mode     int64
+	uid, gid int
+	data     []byte
+	dir      bool
 }
 
 // baseLayer holds what distroless' static:nonroot gives a static binary.
@@ -198,8 +199,10 @@ func baseLayer(when time.Time) (v1.Layer, error) {
 		{name: "etc/ssl/certs/", mode: 0o755, dir: true},
 		{name: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, data: certs.Bytes()},
 		{name: "home/", mode: 0o755, dir: true},
-		{name: "home/nonroot/", mode: 0o700, uid: uid, dir: true},
-		{name: "plugins/", mode: 0o755, uid: uid, dir: true},
+		// Group 0 may do what the user may, as for any user a platform
+		// assigns with group 0 (OpenShift's restricted-v2).
+		{name: "home/nonroot/", mode: 0o770, uid: uid, dir: true},
+		{name: "plugins/", mode: 0o775, uid: uid, dir: true},
 		{name: "tmp/", mode: 0o1777, dir: true},
 	})
 }
@@ -222,7 +225,7 @@ func layer(when time.Time, entries []entry) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, e := range entries {
-		h := &tar.Header{Name: e.name, Mode: e.mode, Uid: e.uid, Gid: e.uid, ModTime: when}
+		h := &tar.Header{Name: e.name, Mode: e.mode, Uid: e.uid, Gid: e.gid, ModTime: when}
 		if e.dir {
 			h.Typeflag = tar.TypeDir
 		} else {
