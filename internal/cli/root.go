@@ -22,8 +22,11 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -67,29 +70,63 @@ type options struct {
 	flags   *genericclioptions.ConfigFlags
 	streams genericiooptions.IOStreams
 	clock   clock.PassiveClock
+	// located is the namespace of Velero's Deployment, found by client
+	// when nothing names Velero's namespace.
+	located string
 }
 
 // namespace is -n when given, else Velero's namespace as the velero CLI
-// finds it: its client config's namespace, else $VELERO_NAMESPACE, else
-// velero. The kubeconfig context's namespace is not used: the operations
-// live in Velero's namespace, wherever the context points.
+// finds it: its client config's namespace, else $VELERO_NAMESPACE; else
+// the namespace of the one Deployment named velero (OADP's
+// openshift-adp, say), else velero. The kubeconfig context's namespace is
+// not used: the operations live in Velero's namespace, wherever the
+// context points.
 func (o *options) namespace() string {
 	if o.flags.Namespace != nil && *o.flags.Namespace != "" {
 		return *o.flags.Namespace
 	}
-	return VeleroNamespace()
+	if ns := veleroConfigNamespace(); ns != "" {
+		return ns
+	}
+	if o.located != "" {
+		return o.located
+	}
+	return defaultVeleroNamespace
 }
+
+// defaultVeleroNamespace is where velero install puts Velero.
+const defaultVeleroNamespace = "velero"
 
 // VeleroNamespace is the namespace the velero CLI would use without -n.
 func VeleroNamespace() string {
-	ns := os.Getenv("VELERO_NAMESPACE")
+	if ns := veleroConfigNamespace(); ns != "" {
+		return ns
+	}
+	return defaultVeleroNamespace
+}
+
+// veleroConfigNamespace is the namespace the velero CLI's client config
+// names, else $VELERO_NAMESPACE, else "".
+func veleroConfigNamespace() string {
 	if config, err := veleroclient.LoadConfig(); err == nil && config.Namespace() != "" {
-		ns = config.Namespace()
+		return config.Namespace()
 	}
-	if ns == "" {
-		ns = "velero"
+	return os.Getenv("VELERO_NAMESPACE")
+}
+
+// locateVelero is the namespace of the one Deployment named velero, the
+// name Velero's server runs under however it was installed (velero
+// install, its helm chart, OADP), or "" when there is none, several, or
+// they cannot be listed.
+func locateVelero(ctx context.Context, c client.Reader) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("DeploymentList"))
+	if err := c.List(ctx, list, client.MatchingFields{"metadata.name": defaultVeleroNamespace}); err != nil || len(list.Items) != 1 {
+		return ""
 	}
-	return ns
+	return list.Items[0].Namespace
 }
 
 func (o *options) config() (*rest.Config, error) {
@@ -106,7 +143,14 @@ func (o *options) client() (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: view.Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: view.Scheme()})
+	if err != nil {
+		return nil, err
+	}
+	if (o.flags.Namespace == nil || *o.flags.Namespace == "") && veleroConfigNamespace() == "" && o.located == "" {
+		o.located = locateVelero(context.Background(), c)
+	}
+	return c, nil
 }
 
 // NewCommand is `kubectl itemops` with its subcommands, telling ages,
@@ -124,7 +168,8 @@ cancel.
 
 It reads ItemOperations, Backups and Restores through the API server, in
 Velero's namespace (-n; without it, the velero CLI's namespace: its client
-config, $VELERO_NAMESPACE, else velero).`,
+config or $VELERO_NAMESPACE; else where the one Deployment named velero runs,
+else velero).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// kubectl runs plugins as kubectl-itemops; say so in usage lines.
@@ -134,7 +179,7 @@ config, $VELERO_NAMESPACE, else velero).`,
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
 	o.flags.AddFlags(cmd.PersistentFlags())
-	cmd.PersistentFlags().Lookup("namespace").Usage = "Velero's namespace (default: the velero CLI's, from its client config or $VELERO_NAMESPACE, else velero)"
+	cmd.PersistentFlags().Lookup("namespace").Usage = "Velero's namespace (default: the velero CLI's, from its client config or $VELERO_NAMESPACE; else where the one Deployment named velero runs, else velero)"
 	cmd.AddCommand(newGetCommand(o), newWatchCommand(o), newWhyCommand(o), newCancelCommand(o))
 	return cmd
 }

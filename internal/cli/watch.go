@@ -60,6 +60,11 @@ to the real figure at the next update. Elsewhere (a pipe, a CI log), or with
 			if err != nil {
 				return err
 			}
+			// The watch reads with a client of its own; this one finds
+			// Velero's namespace when nothing names it.
+			if _, err := o.client(); err != nil {
+				return err
+			}
 			code, err := view.Run(cmd.Context(), view.Options{
 				Config: cfg,
 				Parent: view.Parent{Kind: kind, Namespace: o.namespace(), Name: args[1]},
