@@ -935,6 +935,38 @@ var _ = Describe("The plugin manager", func() {
 			g.Expect(err).To(MatchError(ContainSubstring("writable by every user")))
 			g.Expect(m.Launches()).To(Equal(launches))
 		})
+
+		// Under OpenShift's restricted-v2 an init container copies a plugin
+		// as the user the platform assigned, with group 0; an image made
+		// for it lets group 0 do what the user may (g=u, so 0775). Only a
+		// file every user may write is refused: the copy is run.
+		It("a copy made by a platform-assigned user with group 0, group-writable, is run", func() {
+			t := GinkgoTB()
+			g := NewWithT(t)
+			dir := t.TempDir()
+			data, err := os.ReadFile(filepath.Join(binDir, "sample"))
+			g.Expect(err).NotTo(HaveOccurred())
+			sub := filepath.Join(dir, "vendor")
+			g.Expect(os.Mkdir(sub, 0o775)).To(Succeed())
+			path := filepath.Join(sub, "sample")
+			g.Expect(os.WriteFile(path, data, 0o775)).To(Succeed())
+			g.Expect(os.Chmod(path, 0o775)).To(Succeed()) // whatever the umask
+			if os.Geteuid() == 0 {
+				g.Expect(os.Chown(path, 1000650000, 0)).To(Succeed())
+				g.Expect(os.Chown(sub, 1000650000, 0)).To(Succeed())
+			}
+			m, _ := newManager(t, dir, 10*time.Second)
+			g.Expect(m.Registry().Problems()).To(BeEmpty())
+			g.Expect(m.pins.digest(path)).NotTo(BeEmpty(), "discovery started the copy")
+			launches := m.Launches()
+			_, err = m.Progress(context.Background(), upload("x"))
+			g.Expect(err).To(MatchError(ContainSubstring("operation ID x is invalid")), "the plugin itself answered")
+			g.Expect(m.Launches()).To(BeNumerically(">", launches))
+			cmd, release, err := m.Command(context.Background(), path, "version")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(cmd.Args[0]).To(Equal(path))
+			release()
+		})
 	})
 
 	// TestPluginProcessesGetVelerosNamespaceAndArguments: a plugin process is
