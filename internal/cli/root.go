@@ -180,7 +180,7 @@ else velero).`,
 	cmd.SetErr(streams.ErrOut)
 	o.flags.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().Lookup("namespace").Usage = "Velero's namespace (default: the velero CLI's, from its client config or $VELERO_NAMESPACE; else where the one Deployment named velero runs, else velero)"
-	cmd.AddCommand(newGetCommand(o), newWatchCommand(o), newWhyCommand(o), newCancelCommand(o))
+	cmd.AddCommand(newGetCommand(o), newWatchCommand(o), newWhyCommand(o), newCancelCommand(o), newValuesFromDPACommand(o))
 	return cmd
 }
 

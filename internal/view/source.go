@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -35,12 +36,13 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 )
 
-// Scheme holds the kinds a view reads: Velero's Backups and Restores and
-// ItemOperations.
+// Scheme holds the kinds the commands read: Velero's Backups and Restores,
+// ItemOperations, and Deployments (Velero's, for values-from-dpa).
 func Scheme() *runtime.Scheme {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(velerov1api.AddToScheme(scheme))
 	utilruntime.Must(itemopsv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(appsv1.AddToScheme(scheme)) // Velero's Deployment (values-from-dpa)
 	return scheme
 }
 

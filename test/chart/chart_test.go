@@ -470,6 +470,9 @@ var _ = Describe("The chart", Ordered, func() {
 
 		older := render(t, "--set", "builtinPlugins.image.tag=v1.17.1")
 		g.Expect(initContainers(older)["velero-builtin-plugins"].Image).To(Equal("velero/velero:v1.17.1"))
+		digest := "sha256:" + strings.Repeat("ab", 32)
+		pinned := render(t, "--set", "builtinPlugins.image.repository=registry.example.com/oadp/velero", "--set", "builtinPlugins.image.digest="+digest)
+		g.Expect(initContainers(pinned)["velero-builtin-plugins"].Image).To(Equal("registry.example.com/oadp/velero@"+digest), "the digest wins over the tag")
 		// Velero before v1.18 looks for an operation's DataUpload in every
 		// namespace (docs/velero.md, "Velero releases").
 		g.Expect(verbsOn(rules(g, older, "ClusterRole")["itemops-plugins"], "velero.io", "datauploads")).To(Equal([]string{"list"}))
