@@ -69,12 +69,13 @@ ARTIFACTS ?= $(CURDIR)/_artifacts
 test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suites included (LABELS=, FOCUS= run a subset; JUnit reports in _artifacts/).
 	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws, velero,
 	@# versitygw, helm, the CSI snapshot controller and external-provisioner)
-	@# are built once per machine, and the pinned promtool and image builder
-	@# compiled; build them while the checks run. The suites start once what
-	@# they run is built: what only the real-node suite runs (the CSI binaries,
-	@# the node's Kubernetes binaries and kubectl) builds on beside them, and
-	@# that suite, the longest, waits for it through the scripts' locks (the
-	@# velero suites too, so that this build has the CPU first; hack/test.sh).
+	@# are built once per machine, and the pinned promtool, image builder and
+	@# bundle writer compiled; build them while the checks run. The suites
+	@# start once what they run is built: what only the real-node suite runs
+	@# (the CSI binaries, the node's Kubernetes binaries and kubectl) builds on
+	@# beside them, and that suite, the longest, waits for it through the
+	@# scripts' locks (the velero suites too, so that this build has the CPU
+	@# first; hack/test.sh).
 	assets_out="$$(mktemp)"; node_out="$$(mktemp)"; csi_out="$$(mktemp)"; trap 'rm -f "$$assets_out" "$$node_out" "$$csi_out"' EXIT; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
 	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \
@@ -84,9 +85,10 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  hack/envtest-assets.sh control-plane > "$$assets_out" & assets=$$!; \
 	  go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
 	  go -C hack/tools/image build -o /dev/null . & image=$$!; \
+	  go -C hack/tools/bundle build -o /dev/null . & bundle=$$!; \
 	  hack/cluster-packages.sh & packages=$$!; \
 	  $(MAKE) --no-print-directory verify vet; \
-	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$assets; wait $$promtool; wait $$image; wait $$packages; \
+	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$assets; wait $$promtool; wait $$image; wait $$bundle; wait $$packages; \
 	  hack/envtest-assets.sh > /dev/null 2> "$$node_out" & node=$$!; \
 	  status=0; KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh || status=$$?; \
 	  wait $$node || { echo "=== building the node's Kubernetes binaries failed:"; cat "$$node_out"; status=1; }; \
@@ -178,6 +180,15 @@ docker-build: ## Build the container image with a Docker engine (the Dockerfile;
 	docker build --build-arg VERSION=$(VERSION) --build-arg REVISION="$$(git rev-parse HEAD)" -t $(IMG) .
 
 .PHONY: build-installer
+BUNDLE_VALUES   ?= config/olm/values.yaml
+BUNDLE_DIR      ?= bundle
+BUNDLE_CHANNEL  ?= stable
+BUNDLE_REPLACES ?=
+
+.PHONY: bundle
+bundle: ## Write the OLM bundle of $(VERSION) into $(BUNDLE_DIR)/ (ClusterServiceVersion with the chart rendered with $(BUNDLE_VALUES) and the image $(IMG), the CRD, metadata) and check it with operator-framework's validators (BUNDLE_REPLACES=0.0.9 for an upgrade).
+	hack/bundle.sh "$(IMG)" "$(VERSION)" "$(BUNDLE_VALUES)" "$(BUNDLE_DIR)" "$(BUNDLE_CHANNEL)" "$(BUNDLE_REPLACES)"
+
 build-installer: ## Write dist/install.yaml: everything config/default installs, with the image $(IMG), in one file for GitOps.
 	hack/build-installer.sh "$(IMG)" > dist/install.yaml
 
