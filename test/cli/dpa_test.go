@@ -51,7 +51,7 @@ var _ = Describe("kubectl itemops values-from-dpa", Ordered, func() {
 
 	It("prints values the chart takes, from the DPA and the Deployment OADP made of it; refuses a DPA not applied yet", func() {
 		g := NewWithT(GinkgoTB())
-		crds, err := env.ReadManifests("test/cli/testdata/dpa-crd.yaml")
+		crds, err := env.ReadManifests("test/oadp/dpa-crd.yaml")
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(env.Apply(ctx, "test", crds...)).To(Succeed())
 		DeferCleanup(func() { Expect(client.IgnoreNotFound(env.Client.Delete(ctx, crds[0]))).To(Succeed()) })

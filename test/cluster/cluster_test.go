@@ -117,7 +117,7 @@ func run(ctx context.Context, script string) string {
 
 func getBackup(g Gomega, name string) *velerov1api.Backup {
 	b := &velerov1api.Backup{}
-	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: name}, b)).To(Succeed())
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: s.Namespace, Name: name}, b)).To(Succeed())
 	return b
 }
 
@@ -129,7 +129,7 @@ func backupPhase(name string) func(g Gomega) velerov1api.BackupPhase {
 // each moves.
 func operationsOf(g Gomega, kind, parent string) map[string]itemopsv1alpha1.ItemOperation {
 	list := &itemopsv1alpha1.ItemOperationList{}
-	g.Expect(s.Client.List(context.Background(), list, client.InNamespace(stack.VeleroNamespace),
+	g.Expect(s.Client.List(context.Background(), list, client.InNamespace(s.Namespace),
 		client.MatchingLabels{itemopsv1alpha1.LabelParentKind: kind, itemopsv1alpha1.LabelParentName: parent})).To(Succeed())
 	out := map[string]itemopsv1alpha1.ItemOperation{}
 	for _, op := range list.Items {
@@ -263,14 +263,14 @@ func endsCountedOnce(ctx context.Context, backup string, followed bool) {
 // veleroControllers reports whether Velero runs its own operations controllers.
 func veleroControllers(g Gomega) bool {
 	velero := &appsv1.Deployment{}
-	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "velero"}, velero)).To(Succeed())
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: s.Namespace, Name: "velero"}, velero)).To(Succeed())
 	return !slices.Contains(velero.Spec.Template.Spec.Containers[0].Args, "--disable-controllers=backup-operations,restore-operations")
 }
 
 // managers returns itemops' pods.
 func managers(g Gomega) []corev1.Pod {
 	pods := &corev1.PodList{}
-	g.Expect(s.Client.List(context.Background(), pods, client.InNamespace(stack.VeleroNamespace), managerPods)).To(Succeed())
+	g.Expect(s.Client.List(context.Background(), pods, client.InNamespace(s.Namespace), managerPods)).To(Succeed())
 	return pods.Items
 }
 
@@ -299,7 +299,7 @@ func readyManagers(g Gomega) map[string]string {
 // name followed by a unique suffix).
 func leader(g Gomega) string {
 	lease := &coordinationv1.Lease{}
-	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: leaseName}, lease)).To(Succeed())
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: s.Namespace, Name: leaseName}, lease)).To(Succeed())
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
 	name, _, _ := strings.Cut(holder, "_")
 	return name
@@ -308,7 +308,7 @@ func leader(g Gomega) string {
 // watchExit runs `kubectl itemops watch` from the host and returns its
 // exit code.
 func watchExit(ctx context.Context, kind, name string) int {
-	_, err := s.Run(ctx, fmt.Sprintf("kubectl itemops watch %s %s -n %s -o plain", kind, name, stack.VeleroNamespace))
+	_, err := s.Run(ctx, fmt.Sprintf("kubectl itemops watch %s %s -n %s -o plain", kind, name, s.Namespace))
 	if err == nil {
 		return 0
 	}
@@ -333,7 +333,7 @@ func scrape(g Gomega) string {
 // the status and the body.
 func scrapeAs(g Gomega, token string) (int, string) {
 	svc := &corev1.Service{}
-	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: stack.Release + "-metrics"}, svc)).To(Succeed())
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: s.Namespace, Name: stack.Release + "-metrics"}, svc)).To(Succeed())
 	return scrapeURL(g, fmt.Sprintf("https://%s:%d/metrics", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port), token)
 }
 
@@ -421,13 +421,13 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 
 		// The leader read Velero's release from its Deployment and ran the
 		// built-in plugins' velero binary inside its own container.
-		Eventually(func() string { return s.Logs(ctx, stack.VeleroNamespace, "app.kubernetes.io/name=itemops", 2000) }).
+		Eventually(func() string { return s.Logs(ctx, s.Namespace, "app.kubernetes.io/name=itemops", 2000) }).
 			WithContext(ctx).WithTimeout(time.Minute).Should(MatchRegexp(
 			`Velero's release.*"image":\s*"velero/velero:v1\.18\.3".*"support":\s*"Supported".*"builtinPlugins":\s*"v1\.18\.3"`))
-		Expect(s.Logs(ctx, stack.VeleroNamespace, "app.kubernetes.io/name=itemops", 2000)).To(MatchRegexp(
+		Expect(s.Logs(ctx, s.Namespace, "app.kubernetes.io/name=itemops", 2000)).To(MatchRegexp(
 			`Kubernetes' release.*"version":\s*"v1\.\d+\.\d+".*"support":\s*"Supported"`))
 		events := &corev1.EventList{}
-		Expect(s.Client.List(ctx, events, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+		Expect(s.Client.List(ctx, events, client.InNamespace(s.Namespace))).To(Succeed())
 		for _, e := range events.Items {
 			if e.InvolvedObject.Kind == "Deployment" && e.InvolvedObject.Name == controllers.VeleroDeployment {
 				Expect(e.Reason).NotTo(BeElementOf(controllers.ReasonVeleroUnsupported, controllers.ReasonVeleroUntested,
@@ -528,7 +528,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		// Events reach the API server after the status does.
 		Eventually(func(g Gomega) []string {
 			events := &corev1.EventList{}
-			g.Expect(s.Client.List(ctx, events, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+			g.Expect(s.Client.List(ctx, events, client.InNamespace(s.Namespace))).To(Succeed())
 			var reasons []string
 			for _, e := range events.Items {
 				if e.InvolvedObject.Name == op.Name && e.Type == corev1.EventTypeWarning {
@@ -555,12 +555,12 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	It("moves to manage mode with two replicas by the README's commands, a Backup counted by Velero in flight", func(ctx SpecContext) {
 		inFlight(ctx, "switch-1", "to-manage")
 		Expect(s.RunREADME(ctx, "manage")).To(Succeed())
-		Expect(s.WaitAvailable(ctx, stack.VeleroNamespace, "velero", 3*time.Minute)).To(Succeed())
+		Expect(s.WaitAvailable(ctx, s.Namespace, "velero", 3*time.Minute)).To(Succeed())
 		velero := &appsv1.Deployment{}
-		Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "velero"}, velero)).To(Succeed())
+		Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "velero"}, velero)).To(Succeed())
 		Expect(velero.Spec.Template.Spec.Containers[0].Args).To(ContainElement("--disable-controllers=backup-operations,restore-operations"))
 		Eventually(readyManagers).WithContext(ctx).WithTimeout(2 * time.Minute).Should(HaveLen(2))
-		Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: stack.Release}, &policyv1.PodDisruptionBudget{})).To(Succeed())
+		Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: stack.Release}, &policyv1.PodDisruptionBudget{})).To(Succeed())
 		By("one of them leading")
 		Eventually(func(g Gomega) {
 			l := leader(g)
@@ -592,7 +592,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 
 		// Created waiting for its operations (Velero's Backup has no status
 		// subresource), so that Velero's backup controller never runs it.
-		bomb := &velerov1api.Backup{ObjectMeta: metav1.ObjectMeta{Name: "bomb", Namespace: stack.VeleroNamespace},
+		bomb := &velerov1api.Backup{ObjectMeta: metav1.ObjectMeta{Name: "bomb", Namespace: s.Namespace},
 			Spec: velerov1api.BackupSpec{StorageLocation: "default"},
 			Status: velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseWaitingForPluginOperations, BackupItemOperationsAttempted: 1,
 				StartTimestamp: &metav1.Time{Time: time.Now()}}}
@@ -615,7 +615,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 
 		Eventually(backupPhase("bomb")).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
 		events := &corev1.EventList{}
-		Expect(s.Client.List(ctx, events, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+		Expect(s.Client.List(ctx, events, client.InNamespace(s.Namespace))).To(Succeed())
 		var reasons []string
 		for _, e := range events.Items {
 			if e.InvolvedObject.Kind == "Backup" && e.InvolvedObject.Name == "bomb" {
@@ -647,7 +647,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		waitMoving(ctx, "Backup", "managed", 2)
 		old := leader(Default)
 		By("force-deleting the leader " + old)
-		Expect(s.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: stack.VeleroNamespace, Name: old}},
+		Expect(s.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: old}},
 			client.GracePeriodSeconds(0))).To(Succeed())
 		Eventually(func(g Gomega) string {
 			l := leader(g)
@@ -709,7 +709,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		run(ctx, "velero restore create restored --from-backup observed --namespace-mappings shop:shop-restored")
 		Eventually(func(g Gomega) velerov1api.RestorePhase {
 			r := &velerov1api.Restore{}
-			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "restored"}, r)).To(Succeed())
+			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "restored"}, r)).To(Succeed())
 			return r.Status.Phase
 		}).WithContext(ctx).WithTimeout(4 * time.Minute).Should(Equal(velerov1api.RestorePhasePartiallyFailed))
 		Expect(summary(operationsOf(Default, "Restore", "restored"))).To(Equal(map[string]string{
@@ -741,7 +741,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	It("observe -> manage by docs/velero.md's commands, a Backup counted by Velero in flight", func(ctx SpecContext) {
 		inFlight(ctx, "switch-3", "to-manage-again")
 		Expect(s.RunDoc(ctx, "docs/velero.md", "to-manage")).To(Succeed())
-		Expect(s.WaitAvailable(ctx, stack.VeleroNamespace, "velero", 3*time.Minute)).To(Succeed())
+		Expect(s.WaitAvailable(ctx, s.Namespace, "velero", 3*time.Minute)).To(Succeed())
 		Expect(veleroControllers(Default)).To(BeFalse())
 		endsCountedOnce(ctx, "to-manage-again", true)
 	})
@@ -751,7 +751,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		var restoreErrors int
 		Eventually(func(g Gomega) int {
 			r := &velerov1api.Restore{}
-			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "rolled-back"}, r)).To(Succeed())
+			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "rolled-back"}, r)).To(Succeed())
 			restoreErrors = r.Status.Errors
 			return r.Status.RestoreItemOperationsFailed
 		}).WithContext(ctx).WithTimeout(3*time.Minute).Should(Equal(1), "itemops counted the failed download")
@@ -762,7 +762,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		endsCountedOnce(ctx, "to-velero", false)
 		restore := &velerov1api.Restore{}
 		Eventually(func(g Gomega) velerov1api.RestorePhase {
-			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "rolled-back"}, restore)).To(Succeed())
+			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "rolled-back"}, restore)).To(Succeed())
 			return restore.Status.Phase
 		}).WithContext(ctx).WithTimeout(4 * time.Minute).Should(Equal(velerov1api.RestorePhasePartiallyFailed))
 		Expect([]int{restore.Status.RestoreItemOperationsAttempted, restore.Status.RestoreItemOperationsCompleted,
@@ -781,13 +781,13 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 
 	It("helm uninstall keeps the CRD and the ItemOperations", func(ctx SpecContext) {
 		list := &itemopsv1alpha1.ItemOperationList{}
-		Expect(s.Client.List(ctx, list, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+		Expect(s.Client.List(ctx, list, client.InNamespace(s.Namespace))).To(Succeed())
 		before := len(list.Items)
 		Expect(before).To(BeNumerically(">=", 10))
 		run(ctx, "helm uninstall itemops -n velero --wait")
 		Eventually(func(g Gomega) []corev1.Pod { return managers(g) }).WithContext(ctx).WithTimeout(time.Minute).Should(BeEmpty())
 		Expect(s.Client.Get(ctx, client.ObjectKey{Name: "itemoperations.itemops.io"}, &apiextensionsv1.CustomResourceDefinition{})).To(Succeed())
-		Expect(s.Client.List(ctx, list, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+		Expect(s.Client.List(ctx, list, client.InNamespace(s.Namespace))).To(Succeed())
 		Expect(list.Items).To(HaveLen(before))
 	})
 })...)

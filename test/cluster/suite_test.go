@@ -134,15 +134,15 @@ var _ = AfterEach(func() {
 func diagnose() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	GinkgoWriter.Printf("\n=== the state of namespace %s after the failure\n%s\n", stack.VeleroNamespace, s.Diagnose(ctx, stack.VeleroNamespace))
-	GinkgoWriter.Printf("=== itemops' logs\n%s\n", s.Logs(ctx, stack.VeleroNamespace, "app.kubernetes.io/name=itemops", 60))
+	GinkgoWriter.Printf("\n=== the state of namespace %s after the failure\n%s\n", s.Namespace, s.Diagnose(ctx, s.Namespace))
+	GinkgoWriter.Printf("=== itemops' logs\n%s\n", s.Logs(ctx, s.Namespace, "app.kubernetes.io/name=itemops", 60))
 	GinkgoWriter.Printf("=== Velero's server log (its plugin processes' log lines and exits among them)\n%s\n",
-		s.Logs(ctx, stack.VeleroNamespace, stack.VeleroPods, 300))
-	GinkgoWriter.Printf("=== node-agent's log\n%s\n", s.Logs(ctx, stack.VeleroNamespace, stack.NodeAgentPods, 60))
+		s.Logs(ctx, s.Namespace, stack.VeleroPods, 300))
+	GinkgoWriter.Printf("=== node-agent's log\n%s\n", s.Logs(ctx, s.Namespace, stack.NodeAgentPods, 60))
 	GinkgoWriter.Printf("=== the sample plugins' operations changed during the spec, and the calls each took\n%s\n", s.SampleCalls(specStart))
 	if artifacts := os.Getenv("ARTIFACTS"); artifacts != "" {
 		dir := filepath.Join(artifacts, "cluster-logs", "pods", fmt.Sprintf("spec-%d", CurrentSpecReport().LeafNodeLocation.LineNumber))
-		if err := s.SaveLogs(ctx, dir, stack.VeleroNamespace, stack.StorageNamespace, stack.CSINamespace); err != nil {
+		if err := s.SaveLogs(ctx, dir, s.Namespace, stack.StorageNamespace, stack.CSINamespace); err != nil {
 			GinkgoWriter.Printf("keeping the pods' logs: %v\n", err)
 		}
 		GinkgoWriter.Printf("every container's whole log: %s\n", dir)

@@ -47,7 +47,7 @@ const pollInterval = 10 * time.Second
 // directory (its emptyDir "plugins").
 func pluginFile(g Gomega, pod, binary string) string {
 	p := &corev1.Pod{}
-	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: pod}, p)).To(Succeed())
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: s.Namespace, Name: pod}, p)).To(Succeed())
 	return filepath.Join(s.Cluster.Dir, "kubelet", "pods", string(p.UID), "volumes", "kubernetes.io~empty-dir", "plugins", binary)
 }
 
@@ -141,7 +141,7 @@ func binaryChangedAfterSwap(ctx context.Context, pod, namespace, backup string) 
 	GinkgoWriter.Printf("PluginBinaryChanged shown %s after the swap (the guarantee: %s)\n", seen.Round(time.Second), 2*pollInterval)
 	Eventually(func(g Gomega) []string {
 		events := &corev1.EventList{}
-		g.Expect(s.Client.List(ctx, events, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+		g.Expect(s.Client.List(ctx, events, client.InNamespace(s.Namespace))).To(Succeed())
 		var reasons []string
 		for _, e := range events.Items {
 			if e.InvolvedObject.Name == operationsOf(g, "Backup", backup)["swapped"].Name && e.Type == corev1.EventTypeWarning {

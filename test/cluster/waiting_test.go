@@ -158,7 +158,7 @@ var passing = map[string]bool{
 func parentPhase(g Gomega, kind, name string) string {
 	if kind == "Restore" {
 		r := &velerov1api.Restore{}
-		g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: name}, r)).To(Succeed())
+		g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: s.Namespace, Name: name}, r)).To(Succeed())
 		return string(r.Status.Phase)
 	}
 	return string(getBackup(g, name).Status.Phase)
@@ -168,7 +168,7 @@ func parentPhase(g Gomega, kind, name string) string {
 func waitingEvents(ctx context.Context, operation string) map[string]int {
 	GinkgoHelper()
 	events := &corev1.EventList{}
-	Expect(s.Client.List(ctx, events, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+	Expect(s.Client.List(ctx, events, client.InNamespace(s.Namespace))).To(Succeed())
 	out := map[string]int{}
 	for _, e := range events.Items {
 		if e.InvolvedObject.Kind != "ItemOperation" || e.InvolvedObject.Name != operation || e.Reason != string(controllers.EventWaiting) {
@@ -186,7 +186,7 @@ func movements(g Gomega, kind, parent string) map[string]string {
 	out := map[string]string{}
 	if kind == "Restore" {
 		list := &velerov2alpha1.DataDownloadList{}
-		g.Expect(s.Client.List(context.Background(), list, client.InNamespace(stack.VeleroNamespace),
+		g.Expect(s.Client.List(context.Background(), list, client.InNamespace(s.Namespace),
 			client.MatchingLabels{velerov1api.RestoreNameLabel: parent})).To(Succeed())
 		for _, d := range list.Items {
 			out[d.Name] = string(d.Status.Phase)
@@ -194,7 +194,7 @@ func movements(g Gomega, kind, parent string) map[string]string {
 		return out
 	}
 	list := &velerov2alpha1.DataUploadList{}
-	g.Expect(s.Client.List(context.Background(), list, client.InNamespace(stack.VeleroNamespace),
+	g.Expect(s.Client.List(context.Background(), list, client.InNamespace(s.Namespace),
 		client.MatchingLabels{velerov1api.BackupNameLabel: parent})).To(Succeed())
 	for _, d := range list.Items {
 		out[d.Name] = string(d.Status.Phase)
@@ -226,7 +226,7 @@ func nodeAgentConfig(ctx context.Context, config string) {
 // after the DataUpload or DataDownload.
 func dataMoverPod(g Gomega, name string) *corev1.Pod {
 	pod := &corev1.Pod{}
-	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: stack.VeleroNamespace, Name: name}, pod)).To(Succeed())
+	g.Expect(s.Client.Get(context.Background(), client.ObjectKey{Namespace: s.Namespace, Name: name}, pod)).To(Succeed())
 	return pod
 }
 
@@ -264,7 +264,7 @@ func whyOperationsWait() {
 		})
 		Eventually(func(g Gomega) int32 {
 			ds := &appsv1.DaemonSet{}
-			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "node-agent"}, ds)).To(Succeed())
+			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "node-agent"}, ds)).To(Succeed())
 			return ds.Status.NumberReady
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(BeNumerically(">", 0), "node-agent ready on the tainted node, as Velero checks it")
 		run(ctx, "velero backup create why-taint --include-namespaces why-taint --snapshot-move-data")
@@ -354,7 +354,7 @@ func whyOperationsWait() {
 			func(g Gomega) {
 				name, _ := onlyMovement(g, "Backup", "why-class")
 				pvc := &corev1.PersistentVolumeClaim{}
-				g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: name}, pvc)).To(Succeed())
+				g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, pvc)).To(Succeed())
 				g.Expect(pvc.Status.Phase).To(Equal(corev1.ClaimPending))
 			})
 		Expect(run(ctx, "kubectl itemops why backup why-class -n velero")).To(ContainSubstring("waiting for VolumeNotProvisioned"))
@@ -377,7 +377,7 @@ EOF`)
 			stack.SlowBucket, stack.Region, stack.SlowS3URL))
 		Eventually(func(g Gomega) velerov1api.BackupStorageLocationPhase {
 			bsl := &velerov1api.BackupStorageLocation{}
-			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: "slow"}, bsl)).To(Succeed())
+			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "slow"}, bsl)).To(Succeed())
 			return bsl.Status.Phase
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(velerov1api.BackupStorageLocationPhaseAvailable))
 		run(ctx, "velero backup create why-busy --include-namespaces why-busy --snapshot-move-data --storage-location slow")
@@ -410,7 +410,7 @@ EOF`)
 		By("bytes moving, then the link paused")
 		Eventually(func(g Gomega) int64 {
 			list := &velerov2alpha1.DataUploadList{}
-			g.Expect(s.Client.List(ctx, list, client.InNamespace(stack.VeleroNamespace),
+			g.Expect(s.Client.List(ctx, list, client.InNamespace(s.Namespace),
 				client.MatchingLabels{velerov1api.BackupNameLabel: "why-stall"})).To(Succeed())
 			g.Expect(list.Items).To(HaveLen(1))
 			return list.Items[0].Status.Progress.BytesDone
@@ -430,7 +430,7 @@ EOF`)
 				name, phase := onlyMovement(g, "Backup", "why-stall")
 				g.Expect(phase).To(Equal("InProgress"))
 				du := &velerov2alpha1.DataUpload{}
-				g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: stack.VeleroNamespace, Name: name}, du)).To(Succeed())
+				g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, du)).To(Succeed())
 				if done := du.Status.Progress.BytesDone; done != last {
 					last, changed = done, time.Now()
 				}
@@ -465,7 +465,7 @@ EOF`)
 				_, phase := onlyMovement(g, "Backup", "why-repo")
 				g.Expect(phase).To(Equal("InProgress"))
 				repos := &velerov1api.BackupRepositoryList{}
-				g.Expect(s.Client.List(ctx, repos, client.InNamespace(stack.VeleroNamespace))).To(Succeed())
+				g.Expect(s.Client.List(ctx, repos, client.InNamespace(s.Namespace))).To(Succeed())
 				var phases []velerov1api.BackupRepositoryPhase
 				for _, r := range repos.Items {
 					if r.Spec.VolumeNamespace == "why-repo" {
@@ -509,7 +509,7 @@ EOF`)
 		})
 		Eventually(func(g Gomega) []corev1.Pod {
 			pods := &corev1.PodList{}
-			g.Expect(s.Client.List(ctx, pods, client.InNamespace(stack.VeleroNamespace), client.MatchingLabels{"role": "node-agent"})).To(Succeed())
+			g.Expect(s.Client.List(ctx, pods, client.InNamespace(s.Namespace), client.MatchingLabels{"role": "node-agent"})).To(Succeed())
 			return pods.Items
 		}).WithContext(ctx).WithTimeout(2*time.Minute).Should(BeEmpty(), "node-agent's pod gone")
 		run(ctx, "velero restore create why-taint-back --from-backup why-taint --namespace-mappings why-taint:why-taint-restored")

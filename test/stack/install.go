@@ -64,21 +64,21 @@ func (s *Stack) Install(ctx context.Context, itemopsTag string) error {
 // WaitVelero waits for Velero's Deployment and node-agent's pod, and for
 // the default BackupStorageLocation to be Available.
 func (s *Stack) WaitVelero(ctx context.Context) error {
-	if err := s.WaitAvailable(ctx, VeleroNamespace, "velero", 3*time.Minute); err != nil {
+	if err := s.WaitAvailable(ctx, s.Namespace, "velero", 3*time.Minute); err != nil {
 		return err
 	}
-	if err := s.WaitDaemonSet(ctx, VeleroNamespace, "node-agent", 3*time.Minute); err != nil {
+	if err := s.WaitDaemonSet(ctx, s.Namespace, "node-agent", 3*time.Minute); err != nil {
 		return err
 	}
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		bsl := &velerov1api.BackupStorageLocation{}
-		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: VeleroNamespace, Name: "default"}, bsl); err != nil {
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "default"}, bsl); err != nil {
 			return false, nil
 		}
 		return bsl.Status.Phase == velerov1api.BackupStorageLocationPhaseAvailable, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for the BackupStorageLocation default to be Available: %w\n%s", err, s.Diagnose(context.WithoutCancel(ctx), VeleroNamespace))
+		return fmt.Errorf("waiting for the BackupStorageLocation default to be Available: %w\n%s", err, s.Diagnose(context.WithoutCancel(ctx), s.Namespace))
 	}
 	return nil
 }

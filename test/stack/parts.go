@@ -202,24 +202,24 @@ func (s *Stack) VeleroNamespace(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: VeleroNamespace, Labels: map[string]string{
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.Namespace, Labels: map[string]string{
 		"pod-security.kubernetes.io/enforce": "privileged",
 		"pod-security.kubernetes.io/audit":   "privileged",
 		"pod-security.kubernetes.io/warn":    "privileged",
 	}}}
 	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "itemops-sample-plugin-state"},
+		ObjectMeta: metav1.ObjectMeta{Name: "itemops-sample-plugin-state-" + s.Namespace},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 			StorageClassName:              "",
-			ClaimRef:                      &corev1.ObjectReference{Namespace: VeleroNamespace, Name: sampleStateClaim},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: s.Namespace, Name: sampleStateClaim},
 			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: ptr.To(corev1.HostPathDirectory)}},
 		},
 	}
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: sampleStateClaim, Namespace: VeleroNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: sampleStateClaim, Namespace: s.Namespace},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 			StorageClassName: ptr.To(""),
@@ -252,7 +252,7 @@ func (s *Stack) AdjustVelero(ctx context.Context) error {
 	volume, mount, env := sampleState()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		deploy := &appsv1.Deployment{}
-		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: VeleroNamespace, Name: "velero"}, deploy); err != nil {
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "velero"}, deploy); err != nil {
 			return err
 		}
 		spec := &deploy.Spec.Template.Spec
@@ -271,7 +271,7 @@ func (s *Stack) AdjustVelero(ctx context.Context) error {
 	}
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		ds := &appsv1.DaemonSet{}
-		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: VeleroNamespace, Name: "node-agent"}, ds); err != nil {
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "node-agent"}, ds); err != nil {
 			return err
 		}
 		for i := range ds.Spec.Template.Spec.Volumes {

@@ -55,8 +55,8 @@ import (
 
 // Where things are.
 const (
-	// VeleroNamespace is Velero's and itemops', at the privileged Pod
-	// Security level node-agent needs.
+	// VeleroNamespace is Velero's and itemops' as the README installs
+	// them (a Stack's Namespace unless it says another).
 	VeleroNamespace = "velero"
 	// Release is itemops' helm release.
 	Release = "itemops"
@@ -91,6 +91,9 @@ type Stack struct {
 	// helm and kubectl-itemops, first on the commands' PATH.
 	Root, Work, Bin string
 	Bins            Binaries
+	// Namespace is Velero's and itemops', at the privileged Pod Security
+	// level node-agent needs: VeleroNamespace unless set.
+	Namespace string
 	// Log gets the commands and their output.
 	Log io.Writer
 }
@@ -101,7 +104,7 @@ func New(ctx context.Context, cluster *localcluster.Cluster, root, work string, 
 	if err != nil {
 		return nil, err
 	}
-	s := &Stack{Cluster: cluster, Client: c, Root: root, Work: work, Bin: filepath.Join(work, "bin"), Bins: bins, Log: log}
+	s := &Stack{Cluster: cluster, Client: c, Root: root, Work: work, Bin: filepath.Join(work, "bin"), Bins: bins, Namespace: VeleroNamespace, Log: log}
 	if err := os.MkdirAll(s.Bin, 0o755); err != nil {
 		return nil, err
 	}
@@ -136,6 +139,8 @@ func (s *Stack) Env() []string {
 		"HELM_CONFIG_HOME="+filepath.Join(s.Work, ".helm", "config"),
 		"HELM_DATA_HOME="+filepath.Join(s.Work, ".helm", "data"),
 		"BUCKET="+Bucket, "REGION="+Region, "S3_URL="+S3URL,
+		// The velero CLI's and kubectl itemops' namespace when no flag says.
+		"VELERO_NAMESPACE="+s.Namespace,
 	)
 }
 
@@ -150,8 +155,8 @@ func (s *Stack) Run(ctx context.Context, script string) (string, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
-		if broken := s.watchPods(ctx, VeleroNamespace); broken != "" {
-			cancel(fmt.Errorf("a pod cannot start: %s\n%s", broken, s.Diagnose(context.WithoutCancel(ctx), VeleroNamespace)))
+		if broken := s.watchPods(ctx, s.Namespace); broken != "" {
+			cancel(fmt.Errorf("a pod cannot start: %s\n%s", broken, s.Diagnose(context.WithoutCancel(ctx), s.Namespace)))
 		}
 	}()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
@@ -164,7 +169,7 @@ func (s *Stack) Run(ctx context.Context, script string) (string, error) {
 		} else {
 			// A `helm --wait` that ran out of time says only that: what
 			// the namespace's pods were doing says why.
-			err = fmt.Errorf("%w\n%s", err, s.Diagnose(context.WithoutCancel(ctx), VeleroNamespace))
+			err = fmt.Errorf("%w\n%s", err, s.Diagnose(context.WithoutCancel(ctx), s.Namespace))
 		}
 		return out.String(), fmt.Errorf("%s: %w\n%s", strings.TrimSpace(script), err, out.String())
 	}
