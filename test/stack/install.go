@@ -84,9 +84,7 @@ func (s *Stack) WaitVelero(ctx context.Context) error {
 }
 
 // WriteItemopsValues writes ValuesFile: the README's values block as
-// written, and what this machine needs besides: the image built here
-// (pullPolicy Never: there is no registry), and the sample plugins after
-// the README's plugins, with the directory they share with Velero's pod.
+// written, and what this machine needs besides (MachineValues).
 func (s *Stack) WriteItemopsValues(itemopsTag string) error {
 	readme, err := os.ReadFile(filepath.Join(s.Root, "README.md"))
 	if err != nil {
@@ -96,9 +94,26 @@ func (s *Stack) WriteItemopsValues(itemopsTag string) error {
 	if err != nil {
 		return err
 	}
+	if err := os.WriteFile(filepath.Join(s.Work, ValuesFile), []byte(block), 0o644); err != nil {
+		return err
+	}
+	return s.MachineValues(itemopsTag, true)
+}
+
+// MachineValues adds to ValuesFile, as a user's commands wrote it, what
+// this machine needs besides: the image built here (pullPolicy Never:
+// there is no registry), and the sample plugins' directory shared with
+// Velero's pod; with addSamples, the sample plugins' init container after
+// the user's plugins (values read from Velero's Deployment have it).
+func (s *Stack) MachineValues(itemopsTag string, addSamples bool) error {
+	path := filepath.Join(s.Work, ValuesFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
 	values := map[string]any{}
-	if err := yaml.Unmarshal([]byte(block), &values); err != nil {
-		return fmt.Errorf("the README's values: %w", err)
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		return fmt.Errorf("%s: %w", ValuesFile, err)
 	}
 	values["image"] = map[string]any{"repository": ItemopsRepository, "tag": itemopsTag, "pullPolicy": "Never"}
 	builtin, _ := values["builtinPlugins"].(map[string]any)
@@ -112,11 +127,13 @@ func (s *Stack) WriteItemopsValues(itemopsTag string) error {
 	builtinImage["pullPolicy"] = "Never"
 	builtin["image"] = builtinImage
 	values["builtinPlugins"] = builtin
-	inits, _ := values["initContainers"].([]any)
-	values["initContainers"] = append(inits, map[string]any{
-		"name": "itemops-sample-plugins", "image": SamplePluginsImage, "imagePullPolicy": "Never",
-		"volumeMounts": []any{map[string]any{"name": "plugins", "mountPath": "/target"}},
-	})
+	if addSamples {
+		inits, _ := values["initContainers"].([]any)
+		values["initContainers"] = append(inits, map[string]any{
+			"name": "itemops-sample-plugins", "image": SamplePluginsImage, "imagePullPolicy": "Never",
+			"volumeMounts": []any{map[string]any{"name": "plugins", "mountPath": "/target"}},
+		})
+	}
 	volume, mount, env := sampleState()
 	values["extraVolumes"] = []any{volume}
 	values["extraVolumeMounts"] = []any{mount}
@@ -125,5 +142,5 @@ func (s *Stack) WriteItemopsValues(itemopsTag string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(s.Work, ValuesFile), out, 0o644)
+	return os.WriteFile(path, out, 0o644)
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package stack
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -28,15 +29,25 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -257,4 +268,142 @@ func selfSigned() ([]byte, tls.Certificate, error) {
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	cert, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
 	return certPEM, cert, err
+}
+
+// What the OADP stand-in installs.
+const (
+	// OADPNamespace is where OADP installs Velero by default.
+	OADPNamespace = "openshift-adp"
+	// DPAName is the stand-in's DataProtectionApplication.
+	DPAName = "velero-sample"
+	// oadpPrefix is the prefix of its location in the bucket, so that it
+	// syncs no Backup of a Velero that used the bucket before it.
+	oadpPrefix = "oadp"
+)
+
+// InstallOADP plays the OADP operator's part in s.Namespace: Velero as
+// OADP makes it from a DataProtectionApplication (the same Deployment and
+// node-agent `velero install` makes, with the AWS plugin and the sample
+// plugins, adjusted to this machine as Install adjusts it), and the DPA
+// (the stand-in CRD of test/oadp) as the Deployment's controller.
+func (s *Stack) InstallOADP(ctx context.Context) error {
+	if err := s.VeleroNamespace(ctx); err != nil {
+		return err
+	}
+	install := `velero install --provider aws --plugins velero/velero-plugin-for-aws:v1.14.3 \
+  --bucket "$BUCKET" --prefix ` + oadpPrefix + ` --secret-file ./credentials-velero \
+  --backup-location-config region="$REGION",s3ForcePathStyle=true,s3Url="$S3_URL" \
+  --use-volume-snapshots=false --features=EnableCSI --use-node-agent`
+	if _, err := s.Run(ctx, install); err != nil {
+		return err
+	}
+	if err := s.AdjustVelero(ctx); err != nil {
+		return err
+	}
+	if err := s.WaitVelero(ctx); err != nil {
+		return err
+	}
+	crds, err := readObjects(filepath.Join(s.Root, "test", "oadp", "dpa-crd.yaml"))
+	if err != nil {
+		return err
+	}
+	if err := s.create(ctx, crds[0]); err != nil {
+		return err
+	}
+	dpa := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "oadp.openshift.io/v1alpha1", "kind": "DataProtectionApplication",
+		"metadata": map[string]any{"name": DPAName, "namespace": s.Namespace},
+		"spec": map[string]any{
+			"configuration": map[string]any{
+				"velero": map[string]any{
+					"defaultPlugins": []any{"aws"},
+					"customPlugins":  []any{map[string]any{"name": "itemops-sample-plugins", "image": SamplePluginsImage}},
+					"featureFlags":   []any{"EnableCSI"},
+				},
+				"nodeAgent": map[string]any{"enable": true, "uploaderType": "kopia"},
+			},
+			"backupLocations": []any{map[string]any{"velero": map[string]any{
+				"provider": "aws", "default": true,
+				"objectStorage": map[string]any{"bucket": Bucket, "prefix": oadpPrefix},
+				"config":        map[string]any{"region": Region, "s3ForcePathStyle": "true", "s3Url": S3URL},
+				"credential":    map[string]any{"name": "cloud-credentials", "key": "cloud"},
+			}}},
+		},
+	}}
+	// The kind is served a moment after its CRD.
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return s.Client.Create(ctx, dpa) == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("creating DataProtectionApplication %s: %w", DPAName, err)
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		deploy := &appsv1.Deployment{}
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "velero"}, deploy); err != nil {
+			return err
+		}
+		deploy.OwnerReferences = []metav1.OwnerReference{{APIVersion: dpa.GetAPIVersion(), Kind: dpa.GetKind(), Name: dpa.GetName(),
+			UID: dpa.GetUID(), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+		return s.Client.Update(ctx, deploy)
+	})
+}
+
+// ApplyDPA plays the OADP operator's reconcile of the DPA's
+// spec.configuration.velero.args.disabled-controllers: Velero's server
+// runs with --disable-controllers naming them (or without it when none),
+// and the new pod is rolled out.
+func (s *Stack) ApplyDPA(ctx context.Context) error {
+	dpa := &unstructured.Unstructured{}
+	dpa.SetAPIVersion("oadp.openshift.io/v1alpha1")
+	dpa.SetKind("DataProtectionApplication")
+	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: DPAName}, dpa); err != nil {
+		return err
+	}
+	disabled, _, err := unstructured.NestedStringSlice(dpa.Object, "spec", "configuration", "velero", "args", "disabled-controllers")
+	if err != nil {
+		return err
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		deploy := &appsv1.Deployment{}
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "velero"}, deploy); err != nil {
+			return err
+		}
+		for i := range deploy.Spec.Template.Spec.Containers {
+			c := &deploy.Spec.Template.Spec.Containers[i]
+			if c.Name != "velero" {
+				continue
+			}
+			c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--disable-controllers=") })
+			if len(disabled) > 0 {
+				c.Args = append(c.Args, "--disable-controllers="+strings.Join(disabled, ","))
+			}
+		}
+		return s.Client.Update(ctx, deploy)
+	})
+	if err != nil {
+		return err
+	}
+	return s.WaitAvailable(ctx, s.Namespace, "velero", 3*time.Minute)
+}
+
+// readObjects reads the objects of a YAML file.
+func readObjects(path string) ([]*unstructured.Unstructured, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := decoder.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
 }
