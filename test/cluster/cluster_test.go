@@ -790,4 +790,6 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		Expect(s.Client.List(ctx, list, client.InNamespace(s.Namespace))).To(Succeed())
 		Expect(list.Items).To(HaveLen(before))
 	})
+
+	openshiftPass()
 })...)
