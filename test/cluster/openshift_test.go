@@ -107,7 +107,8 @@ func backupAndRestore(ctx context.Context, name string) {
 // Velero's install of the specs before leaves first.
 func openshiftPass() {
 	It("OpenShift: Velero in openshift-adp from a DPA, itemops from it by docs/openshift.md, running as the user restricted-v2 assigns with group 0, observe mode", func(ctx SpecContext) {
-		By("the Velero of the specs before leaves the node")
+		By("the Velero of the specs before leaves the node (and itemops, when a focused run kept it)")
+		run(ctx, "helm uninstall itemops -n velero --ignore-not-found --wait")
 		run(ctx, "kubectl -n velero delete deployment/velero daemonset/node-agent --wait --timeout=3m")
 		adp := *s
 		adp.Namespace = stack.OADPNamespace
