@@ -12,23 +12,26 @@
 #   hack/cached-binary.sh cosign                 # sigstore's cosign, to sign a release's checksums with a key
 #   hack/cached-binary.sh snapshot-controller    # the CSI snapshot controller, and the csi-snapshotter sidecar beside it
 #   hack/cached-binary.sh csi-provisioner        # the CSI external-provisioner sidecar
+#   hack/cached-binary.sh opm                    # operator-registry's opm, to make and serve an OLM catalog
 #
 # Every binary is static (CGO_ENABLED=0), as the projects' own images build
 # them: the same file runs on this machine and in the images test/cluster
 # builds.
 #
 # ITEMOPS_VELERO_BIN, ITEMOPS_VERSITYGW_BIN, ITEMOPS_AWS_PLUGIN, ITEMOPS_HELM_BIN,
-# ITEMOPS_CYCLONEDX_GOMOD_BIN, ITEMOPS_COSIGN_BIN, ITEMOPS_SNAPSHOT_CONTROLLER_BIN
-# and ITEMOPS_CSI_PROVISIONER_BIN, when set
+# ITEMOPS_CYCLONEDX_GOMOD_BIN, ITEMOPS_COSIGN_BIN, ITEMOPS_SNAPSHOT_CONTROLLER_BIN,
+# ITEMOPS_CSI_PROVISIONER_BIN and ITEMOPS_OPM_BIN, when set
 # to an executable, win and nothing is built. With ITEMOPS_CACHED_ONLY=1 a
 # binary that is not built yet is not built either: the script exits 3.
 set -euo pipefail
 
-name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm|cyclonedx-gomod|cosign|snapshot-controller|csi-provisioner}"
+name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm|cyclonedx-gomod|cosign|snapshot-controller|csi-provisioner|opm}"
 cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/bin"
 override_var="ITEMOPS_$(tr '[:lower:]-' '[:upper:]_' <<<"${name}")_BIN"
 # Further commands of the same module, built into the same directory.
 extra=()
+# Build tags, as the project's own build sets them.
+tags=""
 case "${name}" in
   velero)
     version="${VELERO_VERSION:-1.18.3}"
@@ -112,8 +115,17 @@ case "${name}" in
     replaces=()
     ldflags="-X main.version=v${version}"
     ;;
+  opm)
+    version="${OPM_VERSION:-1.55.0}"
+    module="github.com/operator-framework/operator-registry"
+    pkg="${module}/cmd/opm"
+    # Its Makefile's: pure Go signature checks (no gpgme).
+    tags="json1,containers_image_openpgp"
+    replaces=()
+    ldflags="-X ${module}/cmd/opm/version.gitCommit=v${version} -X ${module}/cmd/opm/version.opmVersion=v${version}"
+    ;;
   *)
-    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws, helm, cyclonedx-gomod, cosign, snapshot-controller, csi-provisioner" >&2
+    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws, helm, cyclonedx-gomod, cosign, snapshot-controller, csi-provisioner, opm" >&2
     exit 2
     ;;
 esac
@@ -157,7 +169,7 @@ echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
   cd "${work}"
   go mod init "build/${name}" >/dev/null 2>&1
   echo "require ${module} v${version}" >> go.mod
-  if [[ "${name}" == velero || "${name}" == snapshot-controller || "${name}" == csi-provisioner ]]; then
+  if [[ "${name}" == velero || "${name}" == snapshot-controller || "${name}" == csi-provisioner || "${name}" == opm ]]; then
     # The replaces of the module's own go.mod, as "old=new@version": a
     # requiring module does not inherit them, and without them other
     # versions of Kubernetes' modules (or of Velero's kopia fork) are
@@ -188,9 +200,9 @@ echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
   done
   echo "package tools; import _ \"${pkg}\"" > tools.go
   go mod tidy
-  go build -trimpath -ldflags "-s -w ${ldflags}" -o "${work}/${name}" "${pkg}"
+  go build -trimpath -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "${work}/${name}" "${pkg}"
   for e in "${extra[@]}"; do
-    go build -trimpath -ldflags "-s -w ${ldflags}" -o "${work}/$(basename "${e}")" "${e}"
+    go build -trimpath -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "${work}/$(basename "${e}")" "${e}"
   done
 ) >&2
 mkdir -p "$(dirname "${dest}")"

@@ -241,7 +241,8 @@ func build(objs []*unstructured.Unstructured, o options, icon []byte, descriptio
 		return nil, nil, err
 	}
 	var related []operatorsv1alpha1.RelatedImage
-	for _, c := range append(slices.Clone(spec.Template.Spec.InitContainers), spec.Template.Spec.Containers...) {
+	// The manager first: an image two containers run is named after it.
+	for _, c := range append(slices.Clone(spec.Template.Spec.Containers), spec.Template.Spec.InitContainers...) {
 		if !slices.ContainsFunc(related, func(r operatorsv1alpha1.RelatedImage) bool { return r.Image == c.Image }) {
 			related = append(related, operatorsv1alpha1.RelatedImage{Name: c.Name, Image: c.Image})
 		}
