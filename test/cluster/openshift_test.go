@@ -34,6 +34,7 @@ import (
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
+	"github.com/itemops/itemops/test/localcluster"
 	"github.com/itemops/itemops/test/stack"
 )
 
@@ -119,7 +120,7 @@ func openshiftPass() {
 		By("OADP's part: Velero and node-agent in openshift-adp, made from a DataProtectionApplication")
 		Expect(s.InstallOADP(ctx)).To(Succeed())
 		By("restricted-v2 on openshift-adp's pods but Velero's")
-		stop, err := s.RestrictedV2(ctx, s.Namespace)
+		stop, err := s.RestrictedV2(ctx, s.Namespace, localcluster.HostIP)
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(func(ctx SpecContext) { Expect(stop(ctx)).To(Succeed()) })
 		Eventually(func() error {

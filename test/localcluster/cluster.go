@@ -39,9 +39,11 @@ import (
 // The cluster's addresses. The node's IP is the namespace end of the veth;
 // the host end is the next lower address of the same /30.
 const (
-	NodeName    = "itemops-node"
-	NodeIP      = "10.250.0.2"
-	hostIP      = "10.250.0.1"
+	NodeName = "itemops-node"
+	NodeIP   = "10.250.0.2"
+	// HostIP is the host's end: what the cluster's components reach of a
+	// process of the host (such as a test's admission webhook) is there.
+	HostIP      = "10.250.0.1"
 	linkPrefix  = "/30"
 	PodCIDR     = "10.244.0.0/24"
 	ServiceCIDR = "10.96.0.0/24"

@@ -32,7 +32,7 @@ import (
 // routes to the pod and Service ranges through it. The namespace has no
 // default route: nothing in it can reach any other address.
 func (c *Cluster) createNetwork(context.Context) error {
-	for _, cidr := range []string{PodCIDR, ServiceCIDR, hostIP + linkPrefix} {
+	for _, cidr := range []string{PodCIDR, ServiceCIDR, HostIP + linkPrefix} {
 		if routed, err := routedElsewhere(cidr); err != nil {
 			return err
 		} else if routed != "" {
@@ -48,7 +48,7 @@ func (c *Cluster) createNetwork(context.Context) error {
 	}
 	steps := [][]string{
 		{"link", "add", hostLink, "type", "veth", "peer", "name", nodeLink, "netns", netnsName},
-		{"addr", "add", hostIP + linkPrefix, "dev", hostLink},
+		{"addr", "add", HostIP + linkPrefix, "dev", hostLink},
 		{"link", "set", hostLink, "up"},
 		{"-n", netnsName, "link", "set", "lo", "up"},
 		{"-n", netnsName, "addr", "add", NodeIP + linkPrefix, "dev", nodeLink},

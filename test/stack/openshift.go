@@ -75,8 +75,9 @@ const (
 // fsGroup outside the range, a privileged container, privilege escalation,
 // capabilities added beyond NET_BIND_SERVICE or ALL not dropped, host
 // paths and other volume types, host namespaces and ports, no seccomp
-// profile). The namespace gets the range annotations. stop removes both.
-func (s *Stack) RestrictedV2(ctx context.Context, namespace string) (stop func(context.Context) error, err error) {
+// profile). The namespace gets the range annotations. The webhook listens
+// on address, an IP the API server reaches. stop removes both.
+func (s *Stack) RestrictedV2(ctx context.Context, namespace, address string) (stop func(context.Context) error, err error) {
 	ns := &corev1.Namespace{}
 	if err := s.Client.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
 		return nil, err
@@ -92,11 +93,11 @@ func (s *Stack) RestrictedV2(ctx context.Context, namespace string) (stop func(c
 		return nil, err
 	}
 
-	caPEM, cert, err := selfSigned()
+	caPEM, cert, err := selfSigned(address)
 	if err != nil {
 		return nil, err
 	}
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	listener, err := net.Listen("tcp", net.JoinHostPort(address, "0"))
 	if err != nil {
 		return nil, err
 	}
@@ -243,9 +244,9 @@ func restrictedV2Policy(selector *metav1.LabelSelector, pods admissionregistrati
 	return policy, binding
 }
 
-// selfSigned is a certificate for 127.0.0.1, and its PEM as the CA the
-// API server trusts.
-func selfSigned() ([]byte, tls.Certificate, error) {
+// selfSigned is a certificate for address, and its PEM as the CA the API
+// server trusts.
+func selfSigned(address string) ([]byte, tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, tls.Certificate{}, err
@@ -253,7 +254,7 @@ func selfSigned() ([]byte, tls.Certificate, error) {
 	template := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: restrictedV2},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		IPAddresses: []net.IP{net.ParseIP(address)},
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IsCA: true, BasicConstraintsValid: true,
 	}

@@ -46,7 +46,7 @@ func TestRestrictedV2(t *testing.T) {
 		g.Expect(env.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name}})).To(Succeed())
 	}
 	s := &Stack{Client: env.Client}
-	stop, err := s.RestrictedV2(ctx, ns.Name)
+	stop, err := s.RestrictedV2(ctx, ns.Name, "127.0.0.1")
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { g.Expect(stop(ctx)).To(Succeed()) })
 
