@@ -101,6 +101,10 @@ func backupAndRestore(ctx context.Context, name string) {
 	Expect(volumeSum(ctx, name+"-restored", "data")).To(Equal(volumeSums[name+"/data"]), "the restored volume")
 }
 
+// stopRestrictedV2 removes the restricted-v2 stand-in the OpenShift pass
+// puts on openshift-adp for its specs.
+var stopRestrictedV2 func(context.Context) error
+
 // openshiftPass runs Velero and itemops again in openshift-adp, as under
 // OADP: Velero made by a stand-in of the OADP operator from a
 // DataProtectionApplication, itemops installed by docs/openshift.md's
@@ -111,18 +115,17 @@ func openshiftPass() {
 		By("the Velero of the specs before leaves the node (and itemops, when a focused run kept it)")
 		run(ctx, "helm uninstall itemops -n velero --ignore-not-found --wait")
 		run(ctx, "kubectl -n velero delete deployment/velero daemonset/node-agent --wait --timeout=3m")
+		// From here on, the stack is the one in openshift-adp.
 		adp := *s
 		adp.Namespace = stack.OADPNamespace
-		previous := s
 		s = &adp
-		DeferCleanup(func() { s = previous })
 
 		By("OADP's part: Velero and node-agent in openshift-adp, made from a DataProtectionApplication")
 		Expect(s.InstallOADP(ctx)).To(Succeed())
 		By("restricted-v2 on openshift-adp's pods but Velero's")
-		stop, err := s.RestrictedV2(ctx, s.Namespace, localcluster.HostIP)
+		var err error
+		stopRestrictedV2, err = s.RestrictedV2(ctx, s.Namespace, localcluster.HostIP)
 		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(func(ctx SpecContext) { Expect(stop(ctx)).To(Succeed()) })
 		Eventually(func() error {
 			fixed := restrictedPod("fixed-user")
 			fixed.Spec.SecurityContext.RunAsUser = ptr.To[int64](65532)
@@ -165,6 +168,12 @@ func openshiftPass() {
 	})
 
 	It("OpenShift: manage mode through the DPA by docs/openshift.md, then back to observe, then removed", func(ctx SpecContext) {
+		// The last spec: restricted-v2's stand-in leaves with it.
+		DeferCleanup(func(ctx SpecContext) {
+			if stopRestrictedV2 != nil {
+				Expect(stopRestrictedV2(ctx)).To(Succeed())
+			}
+		})
 		Expect(s.RunDoc(ctx, "docs/openshift.md", "openshift-manage-dpa")).To(Succeed())
 		By("values-from-dpa refuses while OADP has not applied the DPA")
 		out, err := s.Run(ctx, "kubectl itemops values-from-dpa "+stack.DPAName+" -n "+s.Namespace)
