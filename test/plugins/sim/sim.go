@@ -673,20 +673,34 @@ func (s *Store) save(st *State) error {
 	if err != nil {
 		return err
 	}
+	return s.write(s.path(st.ID), b)
+}
+
+// write replaces the file at path with data atomically. Velero's plugin
+// processes and itemops' share the directory and may run as different
+// users (a platform assigns itemops one): each reads and replaces what the
+// other wrote, so every user may read and write the file.
+func (s *Store) write(path string, data []byte) error {
 	tmp, err := os.CreateTemp(s.dir, ".state-*")
 	if err != nil {
 		return err
 	}
-	if _, err := tmp.Write(b); err != nil {
+	fail := func(err error) error {
 		_ = tmp.Close()
 		_ = os.Remove(tmp.Name())
 		return err
+	}
+	if err := tmp.Chmod(0o666); err != nil {
+		return fail(err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return fail(err)
 	}
 	if err := tmp.Close(); err != nil {
 		_ = os.Remove(tmp.Name())
 		return err
 	}
-	return os.Rename(tmp.Name(), s.path(st.ID))
+	return os.Rename(tmp.Name(), path)
 }
 
 // RememberVolume keeps the annotations of a volume until a snapshot of it
@@ -700,7 +714,7 @@ func (s *Store) RememberVolume(volumeID string, annotations map[string]string) e
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(s.dir, "volume-"+volumeID+".json"), b, 0o644)
+	return s.write(filepath.Join(s.dir, "volume-"+volumeID+".json"), b)
 }
 
 // VolumeAnnotations returns what RememberVolume kept for the volume, or
