@@ -18,9 +18,7 @@ package chart
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +28,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/itemops/itemops/test/envtest"
 )
@@ -102,20 +99,11 @@ func render(t testing.TB, args ...string) []*unstructured.Unstructured {
 
 func decode(t testing.TB, manifests string) []*unstructured.Unstructured {
 	t.Helper()
-	decoder := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifests), 4096)
-	var objects []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := decoder.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objects
-			}
-			t.Fatalf("decoding rendered manifests: %v", err)
-		}
-		if len(u.Object) > 0 {
-			objects = append(objects, u)
-		}
+	objects, err := envtest.Decode(strings.NewReader(manifests))
+	if err != nil {
+		t.Fatalf("decoding rendered manifests: %v", err)
 	}
+	return objects
 }
 
 // valuesFiles are the values every spec renders with: the defaults and ci/.

@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -78,7 +79,7 @@ var _ = Describe("kubectl itemops values-from-dpa", Ordered, func() {
 		Expect(r.err).To(ContainSubstring("Velero's Deployment " + ns + "/velero not found: the OADP operator makes it once it has reconciled the DPA"))
 
 		d := &appsv1.Deployment{}
-		g.Expect(runtimeConvert(objs[1], d)).To(Succeed())
+		g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(objs[1].Object, d)).To(Succeed())
 		d.Namespace = ns
 		d.OwnerReferences[0].UID = dpa.GetUID()
 		g.Expect(env.Client.Create(ctx, d)).To(Succeed())
@@ -101,7 +102,7 @@ var _ = Describe("kubectl itemops values-from-dpa", Ordered, func() {
 		for _, o := range rendered {
 			if o.GetKind() == "Deployment" {
 				manager := &appsv1.Deployment{}
-				g.Expect(runtimeConvert(o, manager)).To(Succeed())
+				g.Expect(runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, manager)).To(Succeed())
 				pod = &manager.Spec.Template.Spec
 			}
 		}
@@ -135,12 +136,3 @@ var _ = Describe("kubectl itemops values-from-dpa", Ordered, func() {
 		g.Expect(env.Client.Delete(ctx, dpa)).To(Or(Succeed(), WithTransform(apierrors.IsNotFound, BeTrue())))
 	})
 })
-
-// runtimeConvert converts an unstructured object into a typed one.
-func runtimeConvert(u *unstructured.Unstructured, into any) error {
-	data, err := u.MarshalJSON()
-	if err != nil {
-		return err
-	}
-	return yaml.Unmarshal(data, into)
-}

@@ -19,8 +19,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,8 +31,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/itemops/itemops/test/envtest"
 )
 
 // manifests renders a kustomization, or reads a manifest file.
@@ -52,20 +51,11 @@ func manifests(t testing.TB, path string) []*unstructured.Unstructured {
 
 func decodeAll(t testing.TB, source string, b []byte) []*unstructured.Unstructured {
 	t.Helper()
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	var objects []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := decoder.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objects
-			}
-			t.Fatalf("decoding %s: %v", source, err)
-		}
-		if len(u.Object) > 0 {
-			objects = append(objects, u)
-		}
+	objects, err := envtest.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("decoding %s: %v", source, err)
 	}
+	return objects
 }
 
 // kustomize renders a kustomization with the pinned kustomize.

@@ -17,6 +17,7 @@ limitations under the License.
 package envtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -51,7 +52,7 @@ func (e *Environment) RenderChart(release string, args ...string) ([]*unstructur
 	if err != nil {
 		return nil, fmt.Errorf("helm template: %w", err)
 	}
-	return decodeAll(string(out))
+	return Decode(bytes.NewReader(out))
 }
 
 // ChartIdentity applies the ServiceAccount, Roles, ClusterRoles and their
@@ -90,7 +91,7 @@ func (e *Environment) ReadManifests(paths ...string) ([]*unstructured.Unstructur
 		if err != nil {
 			return nil, err
 		}
-		decoded, err := decodeAll(string(data))
+		decoded, err := Decode(bytes.NewReader(data))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
@@ -99,8 +100,10 @@ func (e *Environment) ReadManifests(paths ...string) ([]*unstructured.Unstructur
 	return objs, nil
 }
 
-func decodeAll(yaml string) ([]*unstructured.Unstructured, error) {
-	decoder := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(yaml), 4096)
+// Decode reads every object of a stream of YAML or JSON documents, skipping
+// empty ones.
+func Decode(r io.Reader) ([]*unstructured.Unstructured, error) {
+	decoder := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
 	var objs []*unstructured.Unstructured
 	for {
 		u := &unstructured.Unstructured{}

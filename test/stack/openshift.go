@@ -29,7 +29,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -46,10 +45,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/itemops/itemops/test/envtest"
 )
 
 // The user ID range OpenShift gives a namespace (the
@@ -393,18 +393,9 @@ func readObjects(path string) ([]*unstructured.Unstructured, error) {
 	if err != nil {
 		return nil, err
 	}
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := decoder.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
+	objs, err := envtest.Decode(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	return objs, nil
 }

@@ -19,6 +19,7 @@ package stack
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -59,16 +60,19 @@ func TestRestrictedV2(t *testing.T) {
 				AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
 		}}
 	}
-	// The policy and the webhook take a moment to be served.
+	// The policy and the webhook are served once the API server has read
+	// them, which takes longer on a loaded machine: wait for each to act.
 	g.Eventually(func() error {
 		p := restricted("fixed-user")
 		p.Spec.SecurityContext.RunAsUser = ptr.To[int64](65532)
 		return env.Client.Create(ctx, p, client.DryRunAll)
-	}).Should(MatchError(ContainSubstring("restricted-v2: runAsUser")))
-	pod := restricted("manager")
-	g.Eventually(func() error { return env.Client.Create(ctx, pod, client.DryRunAll) }).Should(Succeed())
-	g.Expect(pod.Spec.SecurityContext.RunAsUser).To(Equal(ptr.To[int64](UIDRangeStart)), "the range's first ID, as restricted-v2 assigns it")
-	g.Expect(pod.Spec.SecurityContext.FSGroup).To(Equal(ptr.To[int64](UIDRangeStart)))
+	}).WithTimeout(time.Minute).Should(MatchError(ContainSubstring("restricted-v2: runAsUser")))
+	g.Eventually(func(g Gomega) {
+		pod := restricted("manager")
+		g.Expect(env.Client.Create(ctx, pod, client.DryRunAll)).To(Succeed())
+		g.Expect(pod.Spec.SecurityContext.RunAsUser).To(Equal(ptr.To[int64](UIDRangeStart)), "the range's first ID, as restricted-v2 assigns it")
+		g.Expect(pod.Spec.SecurityContext.FSGroup).To(Equal(ptr.To[int64](UIDRangeStart)))
+	}).WithTimeout(time.Minute).Should(Succeed())
 
 	refused := map[string]func(p *corev1.Pod){
 		"runAsUser must be in the namespace's range 1000650000-1000659999": func(p *corev1.Pod) {

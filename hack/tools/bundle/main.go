@@ -28,6 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -224,13 +225,13 @@ func build(objs []*unstructured.Unstructured, o options, icon []byte, descriptio
 		return u.GetKind() == "ClusterRole" && bound["ClusterRole/"+u.GetName()]
 	})
 	var permissions, clusterPermissions []operatorsv1alpha1.StrategyDeploymentPermissions
-	for _, name := range sortedKeys(roles) {
+	for _, name := range slices.Sorted(maps.Keys(roles)) {
 		if !bound["Role/"+name] {
 			return nil, nil, fmt.Errorf("Role %s is bound to nobody", name)
 		}
 		permissions = append(permissions, operatorsv1alpha1.StrategyDeploymentPermissions{ServiceAccountName: serviceAccount, Rules: roles[name]})
 	}
-	for _, name := range sortedKeys(clusterRoles) {
+	for _, name := range slices.Sorted(maps.Keys(clusterRoles)) {
 		if bound["ClusterRole/"+name] {
 			clusterPermissions = append(clusterPermissions, operatorsv1alpha1.StrategyDeploymentPermissions{ServiceAccountName: serviceAccount, Rules: clusterRoles[name]})
 		}
@@ -367,15 +368,6 @@ func clean(u *unstructured.Unstructured) *unstructured.Unstructured {
 	delete(labels, "app.kubernetes.io/managed-by")
 	u.SetLabels(labels)
 	return u
-}
-
-func sortedKeys(m map[string][]rbacv1.PolicyRule) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // validate checks the bundle in dir with operator-framework's validators
