@@ -18,6 +18,7 @@ package why
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -216,7 +217,8 @@ func podCause(m Movement) *Cause {
 		return nil
 	}
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable &&
+			!waitsOnVolume(c.Message) {
 			return &Cause{
 				Reason:   itemopsv1alpha1.WaitingPodUnschedulable,
 				Evidence: fmt.Sprintf("the data mover's pod %s/%s cannot be scheduled: %s", pod.Namespace, pod.Name, c.Message),
@@ -255,6 +257,28 @@ func podCause(m Movement) *Cause {
 		}
 	}
 	return nil
+}
+
+// volumeWaits are what the scheduler says of a pod whose volume is not
+// there yet (its volumebinding plugin, before any node is weighed): the
+// data mover's volume is made beside its pod, so every data movement's pod
+// says one of them for a moment, and the scheduler may go on saying it
+// until its next retry after the volume bound. Not the pod's cause: the
+// volume's own state decides (volumeCause).
+var volumeWaits = []*regexp.Regexp{
+	regexp.MustCompile(`pod has unbound immediate PersistentVolumeClaims`),
+	regexp.MustCompile(`persistentvolumeclaim "[^"]*" not found`),
+}
+
+// waitsOnVolume tells whether the scheduler's message says only that the
+// pod waits for its volume.
+func waitsOnVolume(message string) bool {
+	for _, re := range volumeWaits {
+		if re.MatchString(message) {
+			return true
+		}
+	}
+	return false
 }
 
 func noNodeAgent(m Movement, node string) *Cause {

@@ -54,6 +54,11 @@ func TestDiagnose(t *testing.T) {
 			Message: "0/1 nodes are available: 1 node(s) had untolerated taint {itemops.io/hold: }.",
 		}}},
 	}
+	unschedulableFor := func(message string) *corev1.Pod {
+		p := unschedulable.DeepCopy()
+		p.Status.Conditions[0].Message = message
+		return p
+	}
 	pending := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "b1-x7k2p"},
 		Spec:       corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("missing")},
@@ -108,6 +113,22 @@ func TestDiagnose(t *testing.T) {
 			}, says: []string{"StorageClass missing", `"missing" not found`}},
 		{name: "accepted, pod unschedulable", reason: itemopsv1alpha1.WaitingPodUnschedulable,
 			edit: func(m *Movement) { m.Phase, m.Pod = phaseAccepted, unschedulable }, says: []string{"untolerated taint"}},
+		{name: "accepted, pod waiting for its volume to bind: the volume's state decides, and it is provisioned",
+			edit: func(m *Movement) {
+				m.Phase, m.Pod = phaseAccepted, unschedulableFor("0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. "+
+					"preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
+			}},
+		{name: "accepted, pod made before its volume (a restore): the volume's state decides",
+			edit: func(m *Movement) {
+				m.Phase, m.Pod = phaseAccepted, unschedulableFor(`0/1 nodes are available: persistentvolumeclaim "b1-x7k2p" not found. `+
+					"preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
+			}},
+		{name: "accepted, pod waiting for a volume its provisioner refuses", reason: itemopsv1alpha1.WaitingVolumeNotProvisioned,
+			edit: func(m *Movement) {
+				m.Phase, m.Volume = phaseAccepted, pending
+				m.VolumeEvents = []corev1.Event{warning(`storageclass.storage.k8s.io "missing" not found`, t0)}
+				m.Pod = unschedulableFor("0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims.")
+			}, says: []string{`"missing" not found`}},
 		{name: "accepted, pod cannot pull its image", reason: itemopsv1alpha1.WaitingPodNotRunning,
 			edit: func(m *Movement) {
 				m.Phase = phaseAccepted
