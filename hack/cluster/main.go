@@ -56,7 +56,21 @@ func run(bare bool) (err error) {
 		return err
 	}
 	fmt.Println("cluster: building what it runs (the first time on a machine: about 30 minutes)")
-	bins, err := stack.FindBinaries(ctx, root)
+	var (
+		bins     stack.Binaries
+		tarballs []string
+	)
+	if bare {
+		bins, err = stack.FindBinaries(ctx, root)
+	} else {
+		// Outside the cluster's directory, which its start wipes.
+		var images string
+		if images, err = os.MkdirTemp("", "itemops-cluster-images-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(images)
+		bins, tarballs, err = stack.FindBinariesAndBuildImages(ctx, root, images, "dev")
+	}
 	if err != nil {
 		return err
 	}
@@ -78,10 +92,6 @@ func run(bare bool) (err error) {
 		return err
 	}
 	if !bare {
-		tarballs, err := stack.BuildImages(ctx, root, filepath.Join(work, "images"), bins, "dev")
-		if err != nil {
-			return err
-		}
 		for _, t := range tarballs {
 			if err := c.ImportImage(ctx, t); err != nil {
 				return err

@@ -73,8 +73,15 @@ func TestCluster(t *testing.T) {
 var _ = BeforeSuite(func(ctx SpecContext) {
 	root, err := envtest.RepoRoot()
 	Expect(err).NotTo(HaveOccurred())
-	bins, err := stack.FindBinaries(ctx, root)
-	Expect(err).NotTo(HaveOccurred(), "building what the cluster runs")
+	// On a new machine the node's Kubernetes binaries may still be
+	// building (make test builds them beside the other suites): the images
+	// are built meanwhile, outside the cluster's directory, which its start
+	// wipes.
+	images, err := os.MkdirTemp("", "itemops-cluster-images-")
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(os.RemoveAll, images)
+	bins, tarballs, err := stack.FindBinariesAndBuildImages(ctx, root, images, firstTag)
+	Expect(err).NotTo(HaveOccurred(), "building what the cluster runs, and its images")
 	Expect(localcluster.CheckPrerequisites(bins.KubeDir)).To(Succeed())
 	// The helm that installs and upgrades the chart: HELM_VERSION's (make
 	// test-kube runs helm 3 and helm 4), v3.22.0 by default.
@@ -99,15 +106,11 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	work := filepath.Join(c.Dir, "work")
 	s, err = stack.New(ctx, c, root, work, bins, GinkgoWriter)
 	Expect(err).NotTo(HaveOccurred())
-	tarballs, err := stack.BuildImages(ctx, root, filepath.Join(work, "images"), bins, firstTag)
-	Expect(err).NotTo(HaveOccurred(), "building the images")
 	for _, t := range tarballs {
 		Expect(c.ImportImage(ctx, t)).To(Succeed())
 	}
 	Expect(c.TagImage(ctx, stack.ItemopsRepository+":"+firstTag, stack.ItemopsRepository+":"+secondTag)).To(Succeed())
 	Expect(s.Install(ctx, firstTag)).To(Succeed(), "installing Velero and itemops as the README says")
-	// On a new machine FindBinaries waits for the node's binaries, which
-	// make test builds beside the other suites.
 }, NodeTimeout(45*time.Minute))
 
 // specStart is when the running spec began: the sample plugins'

@@ -18,6 +18,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -67,32 +68,72 @@ type Binaries struct {
 
 // FindBinaries builds (once per machine) and locates the binaries.
 func FindBinaries(ctx context.Context, root string) (Binaries, error) {
-	var b Binaries
-	run := func(script string, args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", script), args...)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("hack/%s %s: %w", script, strings.Join(args, " "), err)
-		}
-		return strings.TrimSpace(string(out)), nil
-	}
-	var err error
-	if b.KubeDir, err = run("envtest-assets.sh"); err != nil {
+	b, err := FindTools(ctx, root)
+	if err != nil {
 		return b, err
 	}
+	b.KubeDir, err = hackOutput(ctx, root, "envtest-assets.sh")
+	return b, err
+}
+
+// FindTools builds (once per machine) and locates the binaries but the
+// Kubernetes ones: all that BuildImages needs.
+func FindTools(ctx context.Context, root string) (Binaries, error) {
+	var b Binaries
 	for _, t := range []struct {
 		name string
 		into *string
 	}{{"velero", &b.Velero}, {"velero-plugin-for-aws", &b.AWSPlugin}, {"versitygw", &b.Versitygw}, {"helm", &b.Helm},
 		{"snapshot-controller", &b.SnapshotController}, {"csi-provisioner", &b.CSIProvisioner}} {
-		if *t.into, err = run("cached-binary.sh", t.name); err != nil {
+		var err error
+		if *t.into, err = hackOutput(ctx, root, "cached-binary.sh", t.name); err != nil {
 			return b, err
 		}
 	}
 	b.AWSCopier = filepath.Join(filepath.Dir(b.AWSPlugin), "cp-plugin")
 	b.CSISnapshotter = filepath.Join(filepath.Dir(b.SnapshotController), "csi-snapshotter")
 	return b, nil
+}
+
+// FindBinariesAndBuildImages is FindBinaries and BuildImages at once: on a
+// new machine the node's Kubernetes binaries take longest to build (make
+// test builds them beside the other suites), and the images, which need
+// none of them, are built meanwhile.
+func FindBinariesAndBuildImages(ctx context.Context, root, dir, itemopsTag string) (Binaries, []string, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kube := make(chan error, 1)
+	var kubeDir string
+	go func() {
+		var err error
+		kubeDir, err = hackOutput(ctx, root, "envtest-assets.sh")
+		kube <- err
+	}()
+	b, err := FindTools(ctx, root)
+	var tarballs []string
+	if err == nil {
+		tarballs, err = BuildImages(ctx, root, dir, b, itemopsTag)
+	}
+	if err != nil {
+		cancel()
+		return b, nil, errors.Join(err, <-kube)
+	}
+	if err := <-kube; err != nil {
+		return b, nil, err
+	}
+	b.KubeDir = kubeDir
+	return b, tarballs, nil
+}
+
+// hackOutput runs a script of hack/ and returns what it printed.
+func hackOutput(ctx context.Context, root, script string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", script), args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/%s %s: %w", script, strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // BuildImages builds every image the stack runs, as tarballs in dir, and
