@@ -175,7 +175,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		backup := newBackup(t)
 		id := startUpload(t, map[string]string{sim.AnnotationSize: "1Mi", sim.AnnotationSpeed: "10Mi", sim.AnnotationFailAt: "50"})
 		op := newOperation(t, backup, "itemops.io/sample-datamover", id)
-		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseFailed))
+		g.Eventually(phaseOf(op), 30*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseFailed))
 		g.Expect(get(g, op).Status.Error).To(Equal("simulated failure at 50%"))
 		g.Expect(pluginState(t, id).Cancels).To(BeZero(), "a failed operation is not cancelled")
 		g.Eventually(func(g Gomega) []string { return events(g, op) }, 5*time.Second).Should(ContainElement("Failed"))
@@ -221,10 +221,10 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		backup := newBackup(t)
 		id := startUpload(t, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
 		op := newOperation(t, backup, "itemops.io/sample-datamover", id)
-		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
+		g.Eventually(phaseOf(op), 30*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
 
 		requestCancel(g, op)
-		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCanceled))
+		g.Eventually(phaseOf(op), 30*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCanceled))
 		c := meta.FindStatusCondition(get(g, op).Status.Conditions, itemopsv1alpha1.ConditionCanceled)
 		g.Expect(c.Reason).To(Equal(itemopsv1alpha1.ReasonCancelRequested))
 		g.Expect(pluginState(t, id).Cancels).To(Equal(1))
@@ -239,7 +239,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		backup := newBackup(t)
 		id := startUpload(t, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi", sim.AnnotationCrashOnCancel: "true"})
 		op := newOperation(t, backup, "itemops.io/sample-datamover", id)
-		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
+		g.Eventually(phaseOf(op), 30*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
 
 		requestCancel(g, op)
 		// The process restarts at once after a first exit; the next attempt
@@ -261,7 +261,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 			backup := newBackup(t)
 			id := startUpload(t, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
 			op := newOperation(t, backup, "itemops.io/sample-datamover", id)
-			g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
+			g.Eventually(phaseOf(op), 30*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
 			requestCancel(g, op)
 			for i := range 20 {
 				b := backup.DeepCopy()
@@ -269,7 +269,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 				b.Labels = map[string]string{"burst": fmt.Sprint(i)}
 				g.Expect(env.Client.Patch(context.Background(), b, p)).To(Succeed())
 			}
-			g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCanceled))
+			g.Eventually(phaseOf(op), 30*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCanceled))
 			g.Consistently(func() int { return pluginState(t, id).Cancels }, 500*time.Millisecond, 50*time.Millisecond).Should(Equal(1))
 		}
 	})
@@ -300,13 +300,13 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		backup := newBackup(t)
 		id := startUpload(t, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
 		op := newOperation(t, backup, "itemops.io/sample-datamover", id)
-		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
+		g.Eventually(phaseOf(op), 30*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
 		dbr := &velerov1api.DeleteBackupRequest{
 			ObjectMeta: metav1.ObjectMeta{Name: backup.Name + "-delete", Namespace: backup.Namespace},
 			Spec:       velerov1api.DeleteBackupRequestSpec{BackupName: backup.Name},
 		}
 		g.Expect(env.Client.Create(context.Background(), dbr)).To(Succeed())
-		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCanceled))
+		g.Eventually(phaseOf(op), 30*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCanceled))
 		g.Expect(meta.FindStatusCondition(get(g, op).Status.Conditions, itemopsv1alpha1.ConditionCanceled).Reason).
 			To(Equal(itemopsv1alpha1.ReasonBackupDeletionRequested))
 		g.Expect(pluginState(t, id).Cancels).To(Equal(1))
@@ -318,7 +318,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		backup := newBackup(t)
 		id := startUpload(t, map[string]string{sim.AnnotationSize: "10Gi", sim.AnnotationSpeed: "1Mi"})
 		op := newOperation(t, backup, "itemops.io/sample-datamover", id)
-		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
+		g.Eventually(phaseOf(op), 30*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
 		g.Expect(env.Client.Delete(context.Background(), op)).To(Succeed())
 		g.Eventually(func() bool {
 			return apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(op), &itemopsv1alpha1.ItemOperation{}))
@@ -360,7 +360,7 @@ var _ = Describe("The ItemOperation reconciler", Label("envtest"), func() {
 		g := NewWithT(t)
 		backup := newBackup(t)
 		op := newOperation(t, backup, "itemops.io/sample-v1-backupper", "op-1")
-		g.Eventually(phaseOf(op), 5*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseFailed))
+		g.Eventually(phaseOf(op), 30*time.Second, 50*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseFailed))
 		g.Expect(get(g, op).Status.Error).To(ContainSubstring("asynchronous operations not supported"))
 	})
 
