@@ -252,28 +252,7 @@ func onlyMovement(g Gomega, kind, parent string) (string, string) {
 func whyOperationsWait() {
 	It("why an operation waits: a taint the data mover's pod does not tolerate is PodUnschedulable, until it is removed", func(ctx SpecContext) {
 		appNamespace(ctx, "why-taint", item{name: "tainted", mib: 16})
-		// node-agent tolerates the taint, as an administrator lets it on
-		// nodes under maintenance; the data mover's pods do not inherit
-		// it (Velero passes on only some cloud providers' tolerations).
-		// Without it Velero finds no node-agent ready on this one node
-		// (its DaemonSet counts no pod on a node it may not schedule to)
-		// and fails the volume at once.
-		const tolerate = `[{"op":"add","path":"/spec/template/spec/tolerations","value":[{"key":"itemops.io/maintenance","operator":"Exists","effect":"NoSchedule"}]}]`
-		run(ctx, "kubectl -n velero patch daemonset node-agent --type json -p '"+tolerate+"'")
-		DeferCleanup(func(ctx SpecContext) {
-			run(ctx, `kubectl -n velero patch daemonset node-agent --type json -p '[{"op":"remove","path":"/spec/template/spec/tolerations"}]'`)
-			run(ctx, "kubectl -n velero rollout status daemonset/node-agent --timeout=3m")
-		})
-		run(ctx, "kubectl -n velero rollout status daemonset/node-agent --timeout=3m")
-		run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance=now:NoSchedule")
-		DeferCleanup(func(ctx SpecContext) {
-			_, _ = s.Run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance- || true")
-		})
-		Eventually(func(g Gomega) int32 {
-			ds := &appsv1.DaemonSet{}
-			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "node-agent"}, ds)).To(Succeed())
-			return ds.Status.NumberReady
-		}).WithContext(ctx).WithTimeout(time.Minute).Should(BeNumerically(">", 0), "node-agent ready on the tainted node, as Velero checks it")
+		taintNode(ctx)
 		run(ctx, "velero backup create why-taint --include-namespaces why-taint --snapshot-move-data")
 		// The scheduler may first find the pod's volume not yet bound
 		// (Velero makes both at once) and say so; it tries again once the
@@ -454,11 +433,8 @@ EOF`)
 	It("why an operation waits: a BackupRepository still being made is RepositoryNotReady, until Velero has made it", func(ctx SpecContext) {
 		appNamespace(ctx, "why-repo", item{name: "first-of-its-kind", mib: 8})
 		By("the Backup's own files in the bucket first, the data mover's pod held by a taint; then the link paused and the pod let run")
-		run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance=now:NoSchedule")
-		DeferCleanup(func(ctx SpecContext) {
-			_ = os.Remove(s.SlowLinkPause())
-			_, _ = s.Run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance- || true")
-		})
+		taintNode(ctx)
+		DeferCleanup(func() { _ = os.Remove(s.SlowLinkPause()) })
 		run(ctx, "velero backup create why-repo --include-namespaces why-repo --snapshot-move-data --storage-location slow")
 		Eventually(backupPhase("why-repo")).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(velerov1api.BackupPhaseWaitingForPluginOperations))
 		// itemops reads the Backup's operations from its record in the
@@ -552,4 +528,30 @@ func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodConditi
 		}
 	}
 	return nil
+}
+
+// taintNode taints the one node against the data mover's pods
+// (itemops.io/maintenance, NoSchedule) until the spec ends. node-agent
+// tolerates the taint, as an administrator lets it on nodes under
+// maintenance; the data mover's pods do not inherit it (Velero passes on
+// only some cloud providers' tolerations). Without it Velero finds no
+// node-agent ready on this one node (its DaemonSet counts no pod on a node
+// it may not schedule to) and fails the volume at once.
+func taintNode(ctx SpecContext) {
+	const tolerate = `[{"op":"add","path":"/spec/template/spec/tolerations","value":[{"key":"itemops.io/maintenance","operator":"Exists","effect":"NoSchedule"}]}]`
+	run(ctx, "kubectl -n velero patch daemonset node-agent --type json -p '"+tolerate+"'")
+	DeferCleanup(func(ctx SpecContext) {
+		run(ctx, `kubectl -n velero patch daemonset node-agent --type json -p '[{"op":"remove","path":"/spec/template/spec/tolerations"}]'`)
+		run(ctx, "kubectl -n velero rollout status daemonset/node-agent --timeout=3m")
+	})
+	run(ctx, "kubectl -n velero rollout status daemonset/node-agent --timeout=3m")
+	run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance=now:NoSchedule")
+	DeferCleanup(func(ctx SpecContext) {
+		_, _ = s.Run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance- || true")
+	})
+	Eventually(func(g Gomega) int32 {
+		ds := &appsv1.DaemonSet{}
+		g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "node-agent"}, ds)).To(Succeed())
+		return ds.Status.NumberReady
+	}).WithContext(ctx).WithTimeout(time.Minute).Should(BeNumerically(">", 0), "node-agent ready on the tainted node, as Velero checks it")
 }
