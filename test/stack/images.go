@@ -18,12 +18,13 @@ package stack
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/itemops/itemops/test/localcluster"
 )
@@ -100,25 +101,22 @@ func FindTools(ctx context.Context, root string) (Binaries, error) {
 // test builds them beside the other suites), and the images, which need
 // none of them, are built meanwhile.
 func FindBinariesAndBuildImages(ctx context.Context, root, dir, itemopsTag string) (Binaries, []string, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	kube := make(chan error, 1)
+	g, ctx := errgroup.WithContext(ctx)
 	var kubeDir string
-	go func() {
-		var err error
+	g.Go(func() (err error) {
 		kubeDir, err = hackOutput(ctx, root, "envtest-assets.sh")
-		kube <- err
-	}()
-	b, err := FindTools(ctx, root)
+		return err
+	})
+	var b Binaries
 	var tarballs []string
-	if err == nil {
+	g.Go(func() (err error) {
+		if b, err = FindTools(ctx, root); err != nil {
+			return err
+		}
 		tarballs, err = BuildImages(ctx, root, dir, b, itemopsTag)
-	}
-	if err != nil {
-		cancel()
-		return b, nil, errors.Join(err, <-kube)
-	}
-	if err := <-kube; err != nil {
+		return err
+	})
+	if err := g.Wait(); err != nil {
 		return b, nil, err
 	}
 	b.KubeDir = kubeDir
