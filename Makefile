@@ -74,8 +74,8 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	@# start once what they run is built: what only the real-node suite runs
 	@# (the CSI binaries, the node's Kubernetes binaries and kubectl) builds on
 	@# beside them, and that suite, the longest, waits for it through the
-	@# scripts' locks (the velero suites too, so that this build has the CPU
-	@# first; hack/test.sh).
+	@# scripts' locks (the velero and other Ginkgo suites too, so that
+	@# this build has the CPU first; hack/test.sh).
 	assets_out="$$(mktemp)"; node_out="$$(mktemp)"; csi_out="$$(mktemp)"; trap 'rm -f "$$assets_out" "$$node_out" "$$csi_out"' EXIT; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
 	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \

@@ -16,11 +16,12 @@
 # the chaos suite (label chaos), each one process: the chaos run wants the
 # machine's timing to itself, and once saw a Cancel come too late beside the
 # cluster coming up; the suites that start the real velero server (label
-# velero), one after the other and one spec at a time, taking turns on it:
-# when the cluster suite runs too, they first wait for the node's Kubernetes
-# binaries, which the cluster suite waits for, so that on a new machine that
-# build has the CPU first; the other Ginkgo suites, two processes each; and
-# the plain packages.
+# velero), one after the other and one spec at a time, taking turns on it;
+# the other Ginkgo suites, two processes each; and the plain packages (at a
+# lower priority). When the cluster suite runs too, the velero suites and
+# the other Ginkgo suites first wait for the node's Kubernetes binaries,
+# which the cluster suite waits for, so that on a new machine that build has
+# the CPU first.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -96,7 +97,16 @@ if ((${#velero[@]})); then
   fi
 fi
 ((${#serial[@]} + ${#cluster[@]})) && lane serial "${ginkgo[@]}" "${flags[@]}" "${serial[@]}" "${cluster[@]}"
-((${#parallel[@]})) && lane parallel "${ginkgo[@]}" "${flags[@]}" --procs=2 "${parallel[@]}"
+if ((${#parallel[@]})); then
+  if ((${#cluster[@]})); then
+    # As the velero suites: on a new machine the node's binaries, which the
+    # longest suite waits for, build first (they took 7 minutes after the
+    # control plane with these suites beside them).
+    lane parallel bash -c 'hack/envtest-assets.sh > /dev/null 2>&1; exec "$@"' parallel "${ginkgo[@]}" "${flags[@]}" --procs=2 "${parallel[@]}"
+  else
+    lane parallel "${ginkgo[@]}" "${flags[@]}" --procs=2 "${parallel[@]}"
+  fi
+fi
 # The plain packages compile the most (test/release builds every platform's
 # binaries) and nothing waits for them: on a new machine they yield the CPU
 # to what the real-node suite waits for (make test builds it beside).
