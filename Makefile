@@ -184,10 +184,21 @@ BUNDLE_VALUES   ?= config/olm/values.yaml
 BUNDLE_DIR      ?= bundle
 BUNDLE_CHANNEL  ?= stable
 BUNDLE_REPLACES ?=
+BUNDLE_IMG      ?= ghcr.io/itemops/itemops-bundle:$(VERSION)
+BUNDLE_IMG_DIR  ?= bin/bundle-image
+CATALOG_DIR     ?= catalog
 
 .PHONY: bundle
 bundle: ## Write the OLM bundle of $(VERSION) into $(BUNDLE_DIR)/ (ClusterServiceVersion with the chart rendered with $(BUNDLE_VALUES) and the image $(IMG), the CRD, metadata) and check it with operator-framework's validators (BUNDLE_REPLACES=0.0.9 for an upgrade).
 	hack/bundle.sh "$(IMG)" "$(VERSION)" "$(BUNDLE_VALUES)" "$(BUNDLE_DIR)" "$(BUNDLE_CHANNEL)" "$(BUNDLE_REPLACES)"
+
+.PHONY: bundle-image
+bundle-image: ## Write the bundle image $(BUNDLE_IMG) of $(BUNDLE_DIR)/ into $(BUNDLE_IMG_DIR)/ (OCI layout oci/, tarball bundle.tar, ref: its name by digest) and print its digest.
+	hack/bundle-image.sh "$(BUNDLE_DIR)" "$(BUNDLE_IMG)" "$(BUNDLE_IMG_DIR)"
+
+.PHONY: catalog
+catalog: ## Write an OLM file-based catalog into $(CATALOG_DIR)/ with opm: CATALOG_BUNDLES="dir=image@sha256:... ..." (oldest first, each replacing the one before; default: $(BUNDLE_DIR) as $(BUNDLE_IMG_DIR)/ref, make bundle-image's).
+	hack/catalog.sh "$(CATALOG_DIR)" "$(BUNDLE_CHANNEL)" $(or $(CATALOG_BUNDLES),"$(BUNDLE_DIR)=$$(cat $(BUNDLE_IMG_DIR)/ref)")
 
 build-installer: ## Write dist/install.yaml: everything config/default installs, with the image $(IMG), in one file for GitOps.
 	hack/build-installer.sh "$(IMG)" > dist/install.yaml

@@ -13,6 +13,10 @@
 #   hack/cached-binary.sh snapshot-controller    # the CSI snapshot controller, and the csi-snapshotter sidecar beside it
 #   hack/cached-binary.sh csi-provisioner        # the CSI external-provisioner sidecar
 #   hack/cached-binary.sh opm                    # operator-registry's opm, to make and serve an OLM catalog
+#   hack/cached-binary.sh olm                    # OLM's olm and catalog operators, packageserver, the bundle unpack tools (copy-content, cpb) and OLM's install manifests (quickstart/)
+#   hack/cached-binary.sh cp                     # u-root's cp, the /bin/cp OLM's bundle unpack Jobs run in OLM's image
+#   hack/cached-binary.sh grpc-health-probe      # the probe of an OLM catalog's pod, in the opm image
+#   hack/cached-binary.sh registry               # distribution's registry (CNCF Distribution), an image registry in the cluster
 #
 # Every binary is static (CGO_ENABLED=0), as the projects' own images build
 # them: the same file runs on this machine and in the images test/cluster
@@ -20,18 +24,22 @@
 #
 # ITEMOPS_VELERO_BIN, ITEMOPS_VERSITYGW_BIN, ITEMOPS_AWS_PLUGIN, ITEMOPS_HELM_BIN,
 # ITEMOPS_CYCLONEDX_GOMOD_BIN, ITEMOPS_COSIGN_BIN, ITEMOPS_SNAPSHOT_CONTROLLER_BIN,
-# ITEMOPS_CSI_PROVISIONER_BIN and ITEMOPS_OPM_BIN, when set
+# ITEMOPS_CSI_PROVISIONER_BIN, ITEMOPS_OPM_BIN, ITEMOPS_OLM_BIN, ITEMOPS_CP_BIN,
+# ITEMOPS_GRPC_HEALTH_PROBE_BIN and ITEMOPS_REGISTRY_BIN, when set
 # to an executable, win and nothing is built. With ITEMOPS_CACHED_ONLY=1 a
 # binary that is not built yet is not built either: the script exits 3.
 set -euo pipefail
 
-name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm|cyclonedx-gomod|cosign|snapshot-controller|csi-provisioner|opm}"
+name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm|cyclonedx-gomod|cosign|snapshot-controller|csi-provisioner|opm|olm|cp|grpc-health-probe|registry}"
 cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/bin"
 override_var="ITEMOPS_$(tr '[:lower:]-' '[:upper:]_' <<<"${name}")_BIN"
 # Further commands of the same module, built into the same directory.
 extra=()
 # Build tags, as the project's own build sets them.
 tags=""
+# Modules the checksum database does not answer for (their go.sum and the
+# module proxy's hash vouch for them).
+nosumdb=""
 case "${name}" in
   velero)
     version="${VELERO_VERSION:-1.18.3}"
@@ -124,8 +132,39 @@ case "${name}" in
     replaces=()
     ldflags="-X ${module}/cmd/opm/version.gitCommit=v${version} -X ${module}/cmd/opm/version.opmVersion=v${version}"
     ;;
+  olm)
+    version="${OLM_VERSION:-0.36.0}"
+    module="github.com/operator-framework/operator-lifecycle-manager"
+    pkg="${module}/cmd/olm"
+    extra=("${module}/cmd/catalog" "${module}/cmd/package-server" "${module}/cmd/copy-content" "${module}/util/cpb")
+    tags="json1"
+    nosumdb="${module}"
+    replaces=()
+    ldflags="-X ${module}/pkg/version.OLMVersion=v${version}"
+    ;;
+  cp)
+    version="${U_ROOT_VERSION:-0.16.0}"
+    module="github.com/u-root/u-root"
+    pkg="${module}/cmds/core/cp"
+    replaces=()
+    ldflags=""
+    ;;
+  grpc-health-probe)
+    version="${GRPC_HEALTH_PROBE_VERSION:-0.4.63}"
+    module="github.com/grpc-ecosystem/grpc-health-probe"
+    pkg="${module}"
+    replaces=()
+    ldflags="-X main.versionTag=v${version}"
+    ;;
+  registry)
+    version="${DISTRIBUTION_VERSION:-3.1.2}"
+    module="github.com/distribution/distribution/v3"
+    pkg="${module}/cmd/registry"
+    replaces=()
+    ldflags="-X ${module}/version.version=v${version}"
+    ;;
   *)
-    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws, helm, cyclonedx-gomod, cosign, snapshot-controller, csi-provisioner, opm" >&2
+    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws, helm, cyclonedx-gomod, cosign, snapshot-controller, csi-provisioner, opm, olm, cp, grpc-health-probe, registry" >&2
     exit 2
     ;;
 esac
@@ -163,13 +202,16 @@ fi
 work="$(mktemp -d "${cache_root}/build.XXXXXX")"
 trap 'rm -rf "${work}"' EXIT
 export GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+if [[ -n "${nosumdb}" ]]; then
+  export GONOSUMDB="${nosumdb}${GONOSUMDB:+,${GONOSUMDB}}"
+fi
 
 echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
 (
   cd "${work}"
   go mod init "build/${name}" >/dev/null 2>&1
   echo "require ${module} v${version}" >> go.mod
-  if [[ "${name}" == velero || "${name}" == snapshot-controller || "${name}" == csi-provisioner || "${name}" == opm ]]; then
+  if [[ "${name}" == velero || "${name}" == snapshot-controller || "${name}" == csi-provisioner || "${name}" == opm || "${name}" == olm ]]; then
     # The replaces of the module's own go.mod, as "old=new@version": a
     # requiring module does not inherit them, and without them other
     # versions of Kubernetes' modules (or of Velero's kopia fork) are
@@ -206,6 +248,14 @@ echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
   done
 ) >&2
 mkdir -p "$(dirname "${dest}")"
+if [[ "${name}" == olm ]]; then
+  # OLM's own install manifests (its CRDs and deployments), which the
+  # binaries go with.
+  moddir="$(cd "${work}" && go mod download -json "${module}@v${version}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  rm -rf "$(dirname "${dest}")/quickstart"
+  cp -r "${moddir}/deploy/upstream/quickstart" "$(dirname "${dest}")/quickstart"
+  chmod -R u+w "$(dirname "${dest}")/quickstart"
+fi
 for e in "${extra[@]}"; do
   mv "${work}/$(basename "${e}")" "$(dirname "${dest}")/"
 done

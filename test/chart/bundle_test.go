@@ -17,11 +17,15 @@ limitations under the License.
 package chart
 
 import (
+	"archive/tar"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -142,3 +146,85 @@ var _ = Describe("the OLM bundle", func() {
 		g.Expect(string(out)).To(ContainSubstring(`owned CRD "itemops.io/v1alpha1, Kind=ItemOperationX" not found in bundle`))
 	})
 })
+
+var _ = Describe("the OLM bundle image", func() {
+	It("make bundle-image holds the bundle's manifests and metadata, labelled with its annotations, and names it by a digest one commit always gives", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		root := filepath.Join(chartDir, "..", "..")
+		work := t.TempDir()
+		bundle := filepath.Join(work, "bundle")
+		makeIn(g, root, "bundle", "BUNDLE_DIR="+bundle, "IMG=registry.example.com/itemops:1.2.3", "VERSION=1.2.3")
+		first := filepath.Join(work, "first")
+		out := makeIn(g, root, "bundle-image", "BUNDLE_DIR="+bundle, "BUNDLE_IMG=registry.example.com:5000/itemops-bundle:1.2.3", "BUNDLE_IMG_DIR="+first)
+		ref, err := os.ReadFile(filepath.Join(first, "ref"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(ref)).To(MatchRegexp(`^registry\.example\.com:5000/itemops-bundle@sha256:[0-9a-f]{64}\n$`))
+		digest := strings.TrimPrefix(strings.TrimSpace(string(ref)), "registry.example.com:5000/itemops-bundle@")
+		g.Expect(out).To(ContainSubstring(digest))
+
+		index, err := layout.ImageIndexFromPath(filepath.Join(first, "oci"))
+		g.Expect(err).NotTo(HaveOccurred())
+		manifest, err := index.IndexManifest()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(manifest.Manifests).To(HaveLen(1))
+		g.Expect(manifest.Manifests[0].Digest.String()).To(Equal(digest))
+		img, err := index.Image(manifest.Manifests[0].Digest)
+		g.Expect(err).NotTo(HaveOccurred())
+		config, err := img.ConfigFile()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(config.Config.Labels).To(And(
+			HaveKeyWithValue("operators.operatorframework.io.bundle.mediatype.v1", "registry+v1"),
+			HaveKeyWithValue("operators.operatorframework.io.bundle.package.v1", "itemops"),
+			HaveKeyWithValue("operators.operatorframework.io.bundle.channels.v1", "stable"),
+			HaveKeyWithValue("operators.operatorframework.io.bundle.manifests.v1", "manifests/"),
+			HaveKeyWithValue("org.opencontainers.image.version", "1.2.3")))
+		files := map[string]string{}
+		tr := tar.NewReader(mutate.Extract(img))
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			if h.Typeflag == tar.TypeReg {
+				data, err := io.ReadAll(tr)
+				g.Expect(err).NotTo(HaveOccurred())
+				files[h.Name] = string(data)
+			}
+		}
+		want := map[string]string{}
+		for _, sub := range []string{"manifests", "metadata"} {
+			entries, err := os.ReadDir(filepath.Join(bundle, sub))
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, e := range entries {
+				data, err := os.ReadFile(filepath.Join(bundle, sub, e.Name()))
+				g.Expect(err).NotTo(HaveOccurred())
+				want[sub+"/"+e.Name()] = string(data)
+			}
+		}
+		g.Expect(files).To(Equal(want))
+		g.Expect(files).To(HaveKey("manifests/itemops.clusterserviceversion.yaml"))
+
+		By("the same bundle again, the same digest; another bundle, another")
+		second := filepath.Join(work, "second")
+		makeIn(g, root, "bundle-image", "BUNDLE_DIR="+bundle, "BUNDLE_IMG=registry.example.com:5000/itemops-bundle:1.2.3", "BUNDLE_IMG_DIR="+second)
+		again, err := os.ReadFile(filepath.Join(second, "ref"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(again)).To(Equal(string(ref)))
+		makeIn(g, root, "bundle", "BUNDLE_DIR="+bundle, "IMG=registry.example.com/itemops:1.2.4", "VERSION=1.2.4", "BUNDLE_REPLACES=1.2.3")
+		makeIn(g, root, "bundle-image", "BUNDLE_DIR="+bundle, "BUNDLE_IMG=registry.example.com:5000/itemops-bundle:1.2.4", "BUNDLE_IMG_DIR="+second)
+		other, err := os.ReadFile(filepath.Join(second, "ref"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(other)).NotTo(Equal(string(ref)))
+	})
+})
+
+// makeIn runs a make target in dir and returns its output.
+func makeIn(g Gomega, dir string, args ...string) string {
+	cmd := exec.Command("make", append([]string{"--no-print-directory"}, args...)...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	return string(out)
+}

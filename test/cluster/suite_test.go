@@ -43,6 +43,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/onsi/gomega/format"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/localcluster"
@@ -71,6 +73,10 @@ func TestCluster(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
+	// The clients' own logs (client-side throttling, for one) belong to
+	// the spec that made them: shown if it fails.
+	ctrllog.SetLogger(GinkgoLogr)
+	klog.SetLogger(GinkgoLogr)
 	root, err := envtest.RepoRoot()
 	Expect(err).NotTo(HaveOccurred())
 	// On a new machine the node's Kubernetes binaries may still be

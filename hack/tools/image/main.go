@@ -65,8 +65,15 @@ func main() {
 	version := flag.String("version", "dev", "org.opencontainers.image.version")
 	revision := flag.String("revision", "", "org.opencontainers.image.revision: the commit")
 	created := flag.String("created", "", "the commit's time (RFC 3339): every file's and the image's time")
+	bundle := flag.String("bundle", "", "write the OLM bundle image of this bundle directory instead, and print its digest")
 	flag.Parse()
-	if err := run(*binaries, *platforms, *ociDir, *tarPath, *tarPlatform, *tag, *version, *revision, *created); err != nil {
+	var err error
+	if *bundle != "" {
+		err = runBundle(*bundle, *ociDir, *tarPath, *tag, *version, *revision, *created)
+	} else {
+		err = run(*binaries, *platforms, *ociDir, *tarPath, *tarPlatform, *tag, *version, *revision, *created)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
@@ -76,13 +83,9 @@ func run(binaries, platforms, ociDir, tarPath, tarPlatform, tag, version, revisi
 	if binaries == "" || ociDir == "" {
 		return fmt.Errorf("-binaries and -oci are required")
 	}
-	when := time.Unix(0, 0).UTC()
-	if created != "" {
-		t, err := time.Parse(time.RFC3339, created)
-		if err != nil {
-			return fmt.Errorf("-created: %w", err)
-		}
-		when = t.UTC()
+	when, err := createdTime(created)
+	if err != nil {
+		return err
 	}
 	ref, err := name.NewTag(tag)
 	if err != nil {
@@ -134,6 +137,29 @@ func run(binaries, platforms, ociDir, tarPath, tarPlatform, tag, version, revisi
 		}
 	}
 	return nil
+}
+
+func runBundle(dir, ociDir, tarPath, tag, version, revision, created string) error {
+	if ociDir == "" {
+		return fmt.Errorf("-oci is required")
+	}
+	when, err := createdTime(created)
+	if err != nil {
+		return err
+	}
+	return bundleImage(dir, ociDir, tarPath, tag, version, revision, when)
+}
+
+// createdTime is -created's time, or the epoch.
+func createdTime(created string) (time.Time, error) {
+	if created == "" {
+		return time.Unix(0, 0).UTC(), nil
+	}
+	t, err := time.Parse(time.RFC3339, created)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("-created: %w", err)
+	}
+	return t.UTC(), nil
 }
 
 // image is the manager image of one platform.
