@@ -125,6 +125,10 @@ KUBE_CLUSTER  ?= 1
 test-kube: ## Run the suites that need only an API server at each Kubernetes release of KUBE_VERSIONS (1.31 to 1.37) beside the Velero release of its era, and the real one-node cluster at the oldest (helm 3) and the newest (helm 4), building each release once per machine; results in test/kube/results.md.
 	KUBE_VERSIONS='$(KUBE_VERSIONS)' KUBE_CLUSTER='$(KUBE_CLUSTER)' LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test-kube.sh
 
+.PHONY: test-olm
+test-olm: ## Run the suite of OLM on a real one-node cluster (needs root, as test/cluster): Velero in openshift-adp as OADP makes it, OLM v0.36.0 and a registry in the cluster, itemops installed and upgraded from its catalog by docs/openshift.md's commands.
+	OLM=1 PACKAGES=./test/olm ARTIFACTS='$(ARTIFACTS)' hack/test.sh
+
 # FUZZTIME bounds each fuzz target of test-chaos; CHAOS_DURATION, CHAOS_BACKUPS
 # and CHAOS_OPERATIONS size its chaos run (make test runs 40s, 6 × 8).
 FUZZTIME ?= 1m
@@ -187,18 +191,24 @@ BUNDLE_REPLACES ?=
 BUNDLE_IMG      ?= ghcr.io/itemops/itemops-bundle:$(VERSION)
 BUNDLE_IMG_DIR  ?= bin/bundle-image
 CATALOG_DIR     ?= catalog
+CATALOG_IMG     ?= ghcr.io/itemops/itemops-catalog:$(VERSION)
+CATALOG_IMG_DIR ?= bin/catalog-image
 
 .PHONY: bundle
 bundle: ## Write the OLM bundle of $(VERSION) into $(BUNDLE_DIR)/ (ClusterServiceVersion with the chart rendered with $(BUNDLE_VALUES) and the image $(IMG), the CRD, metadata) and check it with operator-framework's validators (BUNDLE_REPLACES=0.0.9 for an upgrade).
 	hack/bundle.sh "$(IMG)" "$(VERSION)" "$(BUNDLE_VALUES)" "$(BUNDLE_DIR)" "$(BUNDLE_CHANNEL)" "$(BUNDLE_REPLACES)"
 
 .PHONY: bundle-image
-bundle-image: ## Write the bundle image $(BUNDLE_IMG) of $(BUNDLE_DIR)/ into $(BUNDLE_IMG_DIR)/ (OCI layout oci/, tarball bundle.tar, ref: its name by digest) and print its digest.
-	hack/bundle-image.sh "$(BUNDLE_DIR)" "$(BUNDLE_IMG)" "$(BUNDLE_IMG_DIR)"
+bundle-image: ## Write the bundle image $(BUNDLE_IMG) of $(BUNDLE_DIR)/ into $(BUNDLE_IMG_DIR)/ (OCI layout oci/, tarball image.tar, ref: its name by digest) and print its digest.
+	hack/olm-image.sh bundle "$(BUNDLE_DIR)" "$(BUNDLE_IMG)" "$(BUNDLE_IMG_DIR)"
 
 .PHONY: catalog
 catalog: ## Write an OLM file-based catalog into $(CATALOG_DIR)/ with opm: CATALOG_BUNDLES="dir=image@sha256:... ..." (oldest first, each replacing the one before; default: $(BUNDLE_DIR) as $(BUNDLE_IMG_DIR)/ref, make bundle-image's).
 	hack/catalog.sh "$(CATALOG_DIR)" "$(BUNDLE_CHANNEL)" $(or $(CATALOG_BUNDLES),"$(BUNDLE_DIR)=$$(cat $(BUNDLE_IMG_DIR)/ref)")
+
+.PHONY: catalog-image
+catalog-image: ## Write the image $(CATALOG_IMG) of the catalog $(CATALOG_DIR)/ (opm serve, as opm generate dockerfile describes it) into $(CATALOG_IMG_DIR)/ (oci/, image.tar, ref) and print its digest.
+	hack/olm-image.sh catalog "$(CATALOG_DIR)" "$(CATALOG_IMG)" "$(CATALOG_IMG_DIR)"
 
 build-installer: ## Write dist/install.yaml: everything config/default installs, with the image $(IMG), in one file for GitOps.
 	hack/build-installer.sh "$(IMG)" > dist/install.yaml

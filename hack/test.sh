@@ -9,6 +9,8 @@
 #   PACKAGES   the packages to look at (default: ./...)
 #   TIMEOUT    how long the Ginkgo suites of a lane may take (default: 60m;
 #              the chaos suite and test/cluster take about 32m)
+#   OLM        1 to run only the suite of OLM on a real cluster (label olm),
+#              which otherwise never runs here (make test-olm)
 #
 # With LABELS or FOCUS set, only Ginkgo suites run: the plain packages have no
 # labels. Four lanes run side by side, as go test runs packages side by side:
@@ -36,11 +38,13 @@ ginkgo=(go tool -modfile="$root/hack/tools/go.mod" ginkgo)
 
 # Every package with tests, as a directory relative to the root.
 mapfile -t dirs < <(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.Dir}}{{end}}' $PACKAGES | sed "s|^$root|.|; s|^\.$|./|" | sed '/^$/d')
-velero=() cluster=() serial=() parallel=() plain=()
+velero=() cluster=() serial=() parallel=() plain=() olm=()
 for d in "${dirs[@]}"; do
   suite="$d/suite_test.go"
   if [[ -f "$suite" ]] && grep -q 'RunSpecs(' "$suite"; then
-    if grep -E 'RunSpecs\(.*Label\(.*"cluster"' "$suite" > /dev/null; then
+    if grep -E 'RunSpecs\(.*Label\(.*"olm"' "$suite" > /dev/null; then
+      olm+=("$d")
+    elif grep -E 'RunSpecs\(.*Label\(.*"cluster"' "$suite" > /dev/null; then
       cluster+=("$d")
     elif grep -E 'RunSpecs\(.*Label\(.*"velero"' "$suite" > /dev/null; then
       velero+=("$d")
@@ -53,6 +57,14 @@ for d in "${dirs[@]}"; do
     plain+=("$d")
   fi
 done
+
+# The suite of OLM on a real one-node cluster runs only by itself (make
+# test-olm, OLM=1): beside test/cluster it would be a second cluster.
+if [[ "${OLM:-0}" == 1 ]]; then
+  cluster=("${olm[@]}") velero=() serial=() parallel=() plain=()
+elif ((${#olm[@]})); then
+  echo "${olm[*]}: not run (make test-olm runs it)" >&2
+fi
 
 mkdir -p "$ARTIFACTS"
 rm -f "$ARTIFACTS"/*_junit.xml

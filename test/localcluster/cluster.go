@@ -533,6 +533,24 @@ func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
 
 func (c *Cluster) containerdSocket() string { return c.path("containerd", "containerd.sock") }
 
+func (c *Cluster) registryConfigDir() string { return c.path("containerd", "certs.d") }
+
+// PlainHTTPRegistry lets the node pull from the registry at host (a
+// "host:port" on the node, such as a registry pod's hostPort on NodeIP)
+// over plain HTTP, as containerd's hosts.toml says for a registry without
+// TLS. containerd reads it at the next pull.
+func (c *Cluster) PlainHTTPRegistry(host string) error {
+	dir := filepath.Join(c.registryConfigDir(), host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(fmt.Sprintf(`server = "http://%[1]s"
+
+[host."http://%[1]s"]
+  capabilities = ["pull", "resolve"]
+`, host)), 0o644)
+}
+
 // TagImage gives an imported image a second name.
 func (c *Cluster) TagImage(ctx context.Context, source, target string) error {
 	out, err := exec.CommandContext(ctx, "ctr", "--address", c.containerdSocket(), "--namespace", "k8s.io",

@@ -139,8 +139,11 @@ state = %[2]q
     bin_dir = %[7]q
     conf_dir = %[8]q
     max_conf_num = 1
+  # Registries' hosts.toml (PlainHTTPRegistry), read at each pull.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %[9]q
 `, filepath.Join(d, "root"), filepath.Join(d, "state"), c.containerdSocket(), filepath.Join(d, "opt"),
-		SandboxImage, filepath.Join(d, "runc"), CNIBinDir, c.path("cni", "net.d"))
+		SandboxImage, filepath.Join(d, "runc"), CNIBinDir, c.path("cni", "net.d"), c.registryConfigDir())
 }
 
 func (c *Cluster) cniConfig() string {

@@ -96,6 +96,9 @@ type Stack struct {
 	Namespace string
 	// Log gets the commands and their output.
 	Log io.Writer
+	// ExtraEnv is more of the commands' environment (Env), such as the
+	// REGISTRY docs/openshift.md's OLM commands push to.
+	ExtraEnv []string
 }
 
 // New prepares the working directory of a stack on a running cluster.
@@ -128,11 +131,25 @@ func New(ctx context.Context, cluster *localcluster.Cluster, root, work string, 
 	return s, nil
 }
 
+// LinkCheckout links these entries of the checkout (such as "Makefile"
+// and "hack") into the working directory, for commands that docs say to
+// run in an itemops checkout.
+func (s *Stack) LinkCheckout(names ...string) error {
+	for _, n := range names {
+		link := filepath.Join(s.Work, n)
+		_ = os.Remove(link)
+		if err := os.Symlink(filepath.Join(s.Root, n), link); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Env is the environment of the README's commands: the cluster's
 // kubeconfig, the tools first on PATH, and the bucket's coordinates the
 // README's `velero install` reads.
 func (s *Stack) Env() []string {
-	return append(os.Environ(),
+	return append(append(os.Environ(),
 		"KUBECONFIG="+s.Cluster.Kubeconfig,
 		"PATH="+s.Bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"HELM_CACHE_HOME="+filepath.Join(s.Work, ".helm", "cache"),
@@ -141,7 +158,7 @@ func (s *Stack) Env() []string {
 		"BUCKET="+Bucket, "REGION="+Region, "S3_URL="+S3URL,
 		// The velero CLI's and kubectl itemops' namespace when no flag says.
 		"VELERO_NAMESPACE="+s.Namespace,
-	)
+	), s.ExtraEnv...)
 }
 
 // Run runs a bash script in the working directory, with Env, and returns

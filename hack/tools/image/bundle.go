@@ -26,9 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"sigs.k8s.io/yaml"
 )
@@ -108,23 +106,5 @@ func bundleImage(dir, ociDir, tarPath, tag, version, revision string, when time.
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(ociDir); err != nil {
-		return err
-	}
-	index := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), mutate.IndexAddendum{Add: img,
-		Descriptor: v1.Descriptor{Annotations: map[string]string{"org.opencontainers.image.ref.name": ref.TagStr()}}})
-	if _, err := layout.Write(ociDir, index); err != nil {
-		return fmt.Errorf("writing the OCI layout: %w", err)
-	}
-	if tarPath != "" {
-		if err := tarball.WriteToFile(tarPath, ref, img); err != nil {
-			return fmt.Errorf("writing the tarball: %w", err)
-		}
-	}
-	digest, err := img.Digest()
-	if err != nil {
-		return err
-	}
-	fmt.Println(digest)
-	return nil
+	return writeImage(img, ref, ociDir, tarPath)
 }

@@ -36,6 +36,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,11 +67,19 @@ func main() {
 	revision := flag.String("revision", "", "org.opencontainers.image.revision: the commit")
 	created := flag.String("created", "", "the commit's time (RFC 3339): every file's and the image's time")
 	bundle := flag.String("bundle", "", "write the OLM bundle image of this bundle directory instead, and print its digest")
+	catalog := flag.String("catalog", "", "write the image of this file-based catalog instead (with -opm and -grpc-health-probe), and print its digest")
+	opm := flag.String("opm", "", "operator-registry's opm, static, for -catalog")
+	probe := flag.String("grpc-health-probe", "", "grpc_health_probe, static, for -catalog")
 	flag.Parse()
 	var err error
-	if *bundle != "" {
+	switch {
+	case *bundle != "" && *catalog != "":
+		err = fmt.Errorf("-bundle or -catalog, not both")
+	case *bundle != "":
 		err = runBundle(*bundle, *ociDir, *tarPath, *tag, *version, *revision, *created)
-	} else {
+	case *catalog != "":
+		err = runCatalog(*catalog, *opm, *probe, *ociDir, *tarPath, *tag, *version, *revision, *created)
+	default:
 		err = run(*binaries, *platforms, *ociDir, *tarPath, *tarPlatform, *tag, *version, *revision, *created)
 	}
 	if err != nil {
@@ -150,6 +159,17 @@ func runBundle(dir, ociDir, tarPath, tag, version, revision, created string) err
 	return bundleImage(dir, ociDir, tarPath, tag, version, revision, when)
 }
 
+func runCatalog(dir, opm, probe, ociDir, tarPath, tag, version, revision, created string) error {
+	if ociDir == "" || opm == "" || probe == "" {
+		return fmt.Errorf("-oci, -opm and -grpc-health-probe are required with -catalog")
+	}
+	when, err := createdTime(created)
+	if err != nil {
+		return err
+	}
+	return catalogImage(dir, opm, probe, ociDir, tarPath, tag, version, revision, when)
+}
+
 // createdTime is -created's time, or the epoch.
 func createdTime(created string) (time.Time, error) {
 	if created == "" {
@@ -206,15 +226,27 @@ type entry struct {
 	dir      bool
 }
 
-// baseLayer holds what distroless' static:nonroot gives a static binary.
+// baseLayer holds what distroless' static:nonroot gives a static binary,
+// and /plugins.
 func baseLayer(when time.Time) (v1.Layer, error) {
+	entries, err := baseEntries()
+	if err != nil {
+		return nil, err
+	}
+	// Before tmp/, the last: the entries stay in the order of their names.
+	return layer(when, slices.Insert(entries, len(entries)-1, entry{name: "plugins/", mode: 0o775, uid: uid, dir: true}))
+}
+
+// baseEntries are what distroless' static:nonroot gives a static binary:
+// the users root, nobody and nonroot, a CA bundle, /tmp and nonroot's home.
+func baseEntries() ([]entry, error) {
 	var certs bytes.Buffer
 	for root := range bundle.Roots() {
 		if err := pem.Encode(&certs, &pem.Block{Type: "CERTIFICATE", Bytes: root.Certificate}); err != nil {
 			return nil, err
 		}
 	}
-	return layer(when, []entry{
+	return []entry{
 		{name: "etc/", mode: 0o755, dir: true},
 		{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\n" +
 			"nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n" +
@@ -228,9 +260,8 @@ func baseLayer(when time.Time) (v1.Layer, error) {
 		// Group 0 may do what the user may, as for any user a platform
 		// assigns with group 0 (OpenShift's restricted-v2).
 		{name: "home/nonroot/", mode: 0o770, uid: uid, dir: true},
-		{name: "plugins/", mode: 0o775, uid: uid, dir: true},
 		{name: "tmp/", mode: 0o1777, dir: true},
-	})
+	}, nil
 }
 
 // appLayer holds the manager and cp-plugin of dir.

@@ -1,0 +1,313 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package stack
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/itemops/itemops/test/localcluster"
+)
+
+// OLM's parts, built here from their modules by hack/cached-binary.sh, by
+// the names OLM's own install manifests and its catalog operator's flags
+// give them.
+const (
+	// OLMImage holds OLM's olm and catalog operators, packageserver and
+	// the tools of its bundle unpack Jobs (copy-content, cpb, /bin/cp).
+	OLMImage = "quay.io/operator-framework/olm:v0.36.0"
+	// OPMImage is operator-registry's opm with grpc_health_probe: OLM
+	// unpacks bundles with it.
+	OPMImage = "quay.io/operator-framework/opm:v1.55.0"
+	// RegistryImage is CNCF Distribution's registry.
+	RegistryImage = "registry:3.1.2"
+	// RegistryNamespace is where the registry runs.
+	RegistryNamespace = "registry"
+	// OLMNamespace is where OLM's operators run (its quickstart's).
+	OLMNamespace = "olm"
+	// RegistryPort is the registry's port on the node.
+	RegistryPort = 5000
+)
+
+// OLMTools are OLM's binaries, its install manifests and the tools that
+// make and push a catalog.
+type OLMTools struct {
+	// Dir holds olm, catalog, package-server, copy-content, cpb and
+	// quickstart/ (OLM's crds.yaml and olm.yaml).
+	Dir                      string
+	Opm, GRPCHealthProbe, Cp string
+	Registry, Crane          string
+}
+
+// FindOLMTools builds (once per machine) and locates OLM's parts.
+func FindOLMTools(ctx context.Context, root string) (OLMTools, error) {
+	var t OLMTools
+	var olm string
+	for _, b := range []struct {
+		name string
+		into *string
+	}{{"olm", &olm}, {"opm", &t.Opm}, {"grpc-health-probe", &t.GRPCHealthProbe}, {"cp", &t.Cp},
+		{"registry", &t.Registry}, {"crane", &t.Crane}} {
+		var err error
+		if *b.into, err = hackOutput(ctx, root, "cached-binary.sh", b.name); err != nil {
+			return t, err
+		}
+	}
+	t.Dir = filepath.Dir(olm)
+	return t, nil
+}
+
+// BuildOLMImages builds OLM's image, opm's and the registry's, as
+// tarballs in dir, and returns them.
+func BuildOLMImages(t OLMTools, dir string) ([]string, error) {
+	config := filepath.Join(dir, "registry-config.yml")
+	// The registry's own default configuration, storage on the pod's
+	// volume.
+	if err := os.WriteFile(config, []byte(`version: 0.1
+storage:
+  filesystem:
+    rootdirectory: /var/lib/registry
+  delete:
+    enabled: true
+http:
+  addr: :5000
+`), 0o644); err != nil {
+		return nil, err
+	}
+	olmFiles := map[string]string{"/bin/cp": t.Cp}
+	for _, b := range []string{"olm", "catalog", "package-server", "copy-content", "cpb"} {
+		olmFiles["/bin/"+b] = filepath.Join(t.Dir, b)
+	}
+	const user = "1001"
+	images := []localcluster.Image{
+		// As OLM's Dockerfile: its binaries, and the cp its bundle
+		// unpack Jobs run.
+		{Ref: OLMImage, Files: olmFiles, User: user, Entrypoint: []string{"/bin/olm"}},
+		{Ref: OPMImage, Files: map[string]string{"/bin/opm": t.Opm, "/bin/grpc_health_probe": t.GRPCHealthProbe},
+			Dirs: []string{"/tmp"}, User: user, Entrypoint: []string{"/bin/opm"}},
+		{Ref: RegistryImage, Files: map[string]string{"/bin/registry": t.Registry, "/etc/distribution/config.yml": config},
+			Dirs: []string{"/var/lib/registry"}, Entrypoint: []string{"/bin/registry"}, Cmd: []string{"serve", "/etc/distribution/config.yml"}},
+	}
+	var tarballs []string
+	for _, img := range images {
+		tarball := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
+		if err := img.Write(tarball); err != nil {
+			return nil, fmt.Errorf("building %s: %w", img.Ref, err)
+		}
+		tarballs = append(tarballs, tarball)
+	}
+	return tarballs, nil
+}
+
+// RegistryHost is the registry's "host:port", as the node and this
+// machine reach it.
+func RegistryHost() string {
+	return net.JoinHostPort(localcluster.NodeIP, fmt.Sprint(RegistryPort))
+}
+
+// InstallRegistry runs an image registry on the node's network, at
+// RegistryHost, without TLS (the node's containerd told so), as a cluster
+// of users has one: OLM pulls the catalogs and bundles pushed to it.
+func (s *Stack) InstallRegistry(ctx context.Context) error {
+	if err := s.Cluster.PlainHTTPRegistry(RegistryHost()); err != nil {
+		return err
+	}
+	labels := map[string]string{"app": "registry"}
+	objs := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: RegistryNamespace}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "registry", Namespace: RegistryNamespace}, Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				HostNetwork: true,
+				Containers: []corev1.Container{{Name: "registry", Image: RegistryImage, ImagePullPolicy: corev1.PullNever,
+					Env:   []corev1.EnvVar{{Name: "REGISTRY_HTTP_ADDR", Value: RegistryHost()}},
+					Ports: []corev1.ContainerPort{{ContainerPort: RegistryPort, HostPort: RegistryPort}},
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+						Path: "/v2/", Port: intstr.FromInt32(RegistryPort), Host: localcluster.NodeIP}}, PeriodSeconds: 2},
+					VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/registry"}}}},
+				Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			}},
+		}},
+	}
+	if err := s.create(ctx, objs...); err != nil {
+		return err
+	}
+	return s.WaitAvailable(ctx, RegistryNamespace, "registry", 3*time.Minute)
+}
+
+// InstallOLM installs OLM as its quickstart does (its CRDs, then its
+// operators and packageserver), its images the ones built here, without
+// the quickstart's catalog of operatorhub.io (out of reach here), and
+// waits for its operators and packageserver.
+func (s *Stack) InstallOLM(ctx context.Context, t OLMTools) error {
+	crds, err := readObjects(filepath.Join(t.Dir, "quickstart", "crds.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, crd := range crds {
+		if err := s.apply(ctx, crd); err != nil {
+			return fmt.Errorf("OLM's CRD %s: %w", crd.GetName(), err)
+		}
+	}
+	if err := s.waitCRDs(ctx, crds); err != nil {
+		return err
+	}
+	objs, err := readObjects(filepath.Join(t.Dir, "quickstart", "olm.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if o.GetKind() == "CatalogSource" {
+			continue
+		}
+		if err := olmImages(o); err != nil {
+			return err
+		}
+		if err := s.apply(ctx, o); err != nil {
+			return fmt.Errorf("OLM's %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	for _, d := range []string{"olm-operator", "catalog-operator"} {
+		if err := s.WaitAvailable(ctx, OLMNamespace, d, 3*time.Minute); err != nil {
+			return err
+		}
+	}
+	return s.WaitCSV(ctx, OLMNamespace, "packageserver", 5*time.Minute)
+}
+
+// apply applies an object server-side, as `kubectl apply --server-side`.
+func (s *Stack) apply(ctx context.Context, o *unstructured.Unstructured) error {
+	return s.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("itemops-test"), client.ForceOwnership)
+}
+
+// olmImages points OLM's Deployments, and the CSV of its packageserver, at
+// OLMImage, and its catalog operator at OPMImage for bundle unpacking.
+func olmImages(o *unstructured.Unstructured) error {
+	var path []string
+	switch o.GetKind() {
+	case "Deployment":
+		path = []string{"spec", "template", "spec", "containers"}
+	case "ClusterServiceVersion":
+		deployments, _, err := unstructured.NestedSlice(o.Object, "spec", "install", "spec", "deployments")
+		if err != nil {
+			return err
+		}
+		for i, d := range deployments {
+			dm := d.(map[string]any)
+			cs, _, err := unstructured.NestedSlice(dm, "spec", "template", "spec", "containers")
+			if err != nil {
+				return err
+			}
+			for j := range cs {
+				cs[j].(map[string]any)["image"] = OLMImage
+			}
+			if err := unstructured.SetNestedSlice(dm, cs, "spec", "template", "spec", "containers"); err != nil {
+				return err
+			}
+			deployments[i] = dm
+		}
+		return unstructured.SetNestedSlice(o.Object, deployments, "spec", "install", "spec", "deployments")
+	default:
+		return nil
+	}
+	containers, _, err := unstructured.NestedSlice(o.Object, path...)
+	if err != nil {
+		return err
+	}
+	for i := range containers {
+		c := containers[i].(map[string]any)
+		c["image"] = OLMImage
+		args, _, _ := unstructured.NestedStringSlice(c, "args")
+		for j, a := range args {
+			if strings.HasPrefix(a, "quay.io/operator-framework/olm@") { // -util-image's
+				args[j] = OLMImage
+			}
+		}
+		if o.GetName() == "catalog-operator" {
+			args = slices.DeleteFunc(args, func(a string) bool { return strings.HasPrefix(a, "-opmImage") })
+			args = append(args, "-opmImage="+OPMImage)
+		}
+		if args != nil {
+			if err := unstructured.SetNestedStringSlice(c, args, "args"); err != nil {
+				return err
+			}
+		}
+		containers[i] = c
+	}
+	return unstructured.SetNestedSlice(o.Object, containers, path...)
+}
+
+// WaitCSV waits for a ClusterServiceVersion's phase Succeeded.
+func (s *Stack) WaitCSV(ctx context.Context, namespace, name string, timeout time.Duration) error {
+	var phase, message string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		csv := &unstructured.Unstructured{}
+		csv.SetAPIVersion("operators.coreos.com/v1alpha1")
+		csv.SetKind("ClusterServiceVersion")
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, csv); err != nil {
+			return false, nil
+		}
+		phase, _, _ = unstructured.NestedString(csv.Object, "status", "phase")
+		message, _, _ = unstructured.NestedString(csv.Object, "status", "message")
+		return phase == "Succeeded", nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for ClusterServiceVersion %s/%s to succeed (phase %q: %s): %w\n%s", namespace, name, phase, message, err,
+			s.Diagnose(context.WithoutCancel(ctx), namespace))
+	}
+	return nil
+}
+
+// waitCRDs waits until the API server serves every CRD's kinds.
+func (s *Stack) waitCRDs(ctx context.Context, crds []*unstructured.Unstructured) error {
+	for _, crd := range crds {
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(crd.GroupVersionKind())
+			if err := s.Client.Get(ctx, client.ObjectKey{Name: crd.GetName()}, got); err != nil {
+				return false, nil
+			}
+			conditions, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+			for _, c := range conditions {
+				cm := c.(map[string]any)
+				if cm["type"] == "Established" && cm["status"] == "True" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("waiting for CRD %s to be established: %w", crd.GetName(), err)
+		}
+	}
+	return nil
+}
