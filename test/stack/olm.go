@@ -248,13 +248,20 @@ func olmImages(o *unstructured.Unstructured) error {
 		c["image"] = OLMImage
 		args, _, _ := unstructured.NestedStringSlice(c, "args")
 		for j, a := range args {
-			if strings.HasPrefix(a, "quay.io/operator-framework/olm@") { // -util-image's
+			switch {
+			case strings.HasPrefix(a, "quay.io/operator-framework/olm@"): // -util-image's
 				args[j] = OLMImage
+			case len(a) > 2 && a[0] == '-' && a[1] != '-':
+				// The quickstart's catalog operator has Go's single-dash
+				// flags (-namespace), which its cobra command refuses
+				// ("unknown shorthand flag: 'n'"); its helm chart's has
+				// them with two.
+				args[j] = "-" + a
 			}
 		}
 		if o.GetName() == "catalog-operator" {
-			args = slices.DeleteFunc(args, func(a string) bool { return strings.HasPrefix(a, "-opmImage") })
-			args = append(args, "-opmImage="+OPMImage)
+			args = slices.DeleteFunc(args, func(a string) bool { return strings.HasPrefix(a, "--opmImage") })
+			args = append(args, "--opmImage="+OPMImage)
 		}
 		if args != nil {
 			if err := unstructured.SetNestedStringSlice(c, args, "args"); err != nil {
