@@ -18,6 +18,7 @@
 #   hack/cached-binary.sh grpc-health-probe      # the probe of an OLM catalog's pod, in the opm image
 #   hack/cached-binary.sh registry               # distribution's registry (CNCF Distribution), an image registry in the cluster
 #   hack/cached-binary.sh crane                  # go-containerregistry's crane, to push an OCI image layout to a registry
+#   hack/cached-binary.sh coredns                # CoreDNS, a cluster's DNS (OLM reaches its catalogs by Service name)
 #
 # Every binary is static (CGO_ENABLED=0), as the projects' own images build
 # them: the same file runs on this machine and in the images test/cluster
@@ -26,12 +27,13 @@
 # ITEMOPS_VELERO_BIN, ITEMOPS_VERSITYGW_BIN, ITEMOPS_AWS_PLUGIN, ITEMOPS_HELM_BIN,
 # ITEMOPS_CYCLONEDX_GOMOD_BIN, ITEMOPS_COSIGN_BIN, ITEMOPS_SNAPSHOT_CONTROLLER_BIN,
 # ITEMOPS_CSI_PROVISIONER_BIN, ITEMOPS_OPM_BIN, ITEMOPS_OLM_BIN, ITEMOPS_CP_BIN,
-# ITEMOPS_GRPC_HEALTH_PROBE_BIN, ITEMOPS_REGISTRY_BIN and ITEMOPS_CRANE_BIN, when set
+# ITEMOPS_GRPC_HEALTH_PROBE_BIN, ITEMOPS_REGISTRY_BIN, ITEMOPS_CRANE_BIN and
+# ITEMOPS_COREDNS_BIN, when set
 # to an executable, win and nothing is built. With ITEMOPS_CACHED_ONLY=1 a
 # binary that is not built yet is not built either: the script exits 3.
 set -euo pipefail
 
-name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm|cyclonedx-gomod|cosign|snapshot-controller|csi-provisioner|opm|olm|cp|grpc-health-probe|registry|crane}"
+name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm|cyclonedx-gomod|cosign|snapshot-controller|csi-provisioner|opm|olm|cp|grpc-health-probe|registry|crane|coredns}"
 cache_root="${XDG_CACHE_HOME:-${HOME}/.cache}/itemops/bin"
 override_var="ITEMOPS_$(tr '[:lower:]-' '[:upper:]_' <<<"${name}")_BIN"
 # Further commands of the same module, built into the same directory.
@@ -171,8 +173,15 @@ case "${name}" in
     replaces=()
     ldflags="-X ${module}/cmd/crane/cmd.Version=v${version}"
     ;;
+  coredns)
+    version="${COREDNS_VERSION:-1.15.0}"
+    module="github.com/coredns/coredns"
+    pkg="${module}"
+    replaces=()
+    ldflags="-X ${module}/coremain.GitCommit=v${version}"
+    ;;
   *)
-    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws, helm, cyclonedx-gomod, cosign, snapshot-controller, csi-provisioner, opm, olm, cp, grpc-health-probe, registry, crane" >&2
+    echo "unknown binary ${name}; known: velero, versitygw, velero-plugin-for-aws, helm, cyclonedx-gomod, cosign, snapshot-controller, csi-provisioner, opm, olm, cp, grpc-health-probe, registry, crane, coredns" >&2
     exit 2
     ;;
 esac

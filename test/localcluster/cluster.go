@@ -73,6 +73,10 @@ type Config struct {
 	Dir string
 	// Log receives one line per step; nil discards them.
 	Log io.Writer
+	// ClusterDNS, an address of ServiceCIDR, is the cluster DNS Service's
+	// ClusterIP that kubelet gives pods (their Services' names resolve
+	// once a DNS server runs behind it). Empty, pods have no DNS.
+	ClusterDNS string
 }
 
 // Cluster is a running one-node cluster.

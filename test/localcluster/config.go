@@ -172,6 +172,10 @@ func (c *Cluster) cniConfig() string {
 
 func (c *Cluster) kubeletConfig() string {
 	pki := c.path("pki")
+	clusterDNS := ""
+	if c.cfg.ClusterDNS != "" {
+		clusterDNS = fmt.Sprintf("clusterDNS: [%q]\n", c.cfg.ClusterDNS)
+	}
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %[1]s
@@ -196,10 +200,11 @@ failCgroupV1: false
 containerRuntimeEndpoint: unix://%[4]s
 podLogsDir: %[5]s
 volumePluginDir: %[6]s
-# No DNS: nothing in a pod may look a name up off this machine.
+# No DNS but the cluster's (ClusterDNS): nothing in a pod may look a name
+# up off this machine.
 resolvConf: ""
 clusterDomain: cluster.local
-serializeImagePulls: false
+%[7]sserializeImagePulls: false
 # A small disk must not evict the test's pods nor their images.
 evictionHard:
   memory.available: "1Mi"
@@ -208,7 +213,7 @@ evictionHard:
   imagefs.available: "1%%"
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-`, NodeIP, pki, cgroupRoot, c.containerdSocket(), c.path("pod-logs"), c.path("plugins", "volume"))
+`, NodeIP, pki, cgroupRoot, c.containerdSocket(), c.path("pod-logs"), c.path("plugins", "volume"), clusterDNS)
 }
 
 func (c *Cluster) kubeProxyConfig() string {

@@ -85,7 +85,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(localcluster.CheckPrerequisites(bins.KubeDir)).To(Succeed())
 
-	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: bins.KubeDir, Log: GinkgoWriter})
+	// OLM reaches a catalog's pod by its Service's name: this cluster has
+	// a DNS.
+	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: bins.KubeDir, Log: GinkgoWriter, ClusterDNS: stack.ClusterDNSIP})
 	Expect(err).NotTo(HaveOccurred(), "bringing the cluster up")
 	DeferCleanup(func(ctx SpecContext) {
 		artifacts := os.Getenv("ARTIFACTS")
@@ -113,6 +115,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		what string
 		do   func() error
 	}{
+		{"the cluster's DNS (CoreDNS)", func() error { return s.InstallClusterDNS(ctx) }},
 		{"the bucket", func() error { return s.Storage(ctx) }},
 		{"Velero in openshift-adp from a DPA (OADP's part)", func() error { return s.InstallOADP(ctx) }},
 		{"the registry", func() error { return s.InstallRegistry(ctx) }},

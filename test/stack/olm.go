@@ -28,6 +28,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -55,6 +56,12 @@ const (
 	OLMNamespace = "olm"
 	// RegistryPort is the registry's port on the node.
 	RegistryPort = 5000
+	// CoreDNSImage is CoreDNS, the cluster's DNS: OLM reaches a
+	// catalog's pod by its Service's name.
+	CoreDNSImage = "registry.k8s.io/coredns/coredns:v1.15.0"
+	// ClusterDNSIP is the ClusterIP of the DNS Service (kube-system/kube-dns),
+	// which kubelet gives pods (localcluster.Config.ClusterDNS).
+	ClusterDNSIP = "10.96.0.10"
 )
 
 // OLMTools are OLM's binaries, its install manifests and the tools that
@@ -64,7 +71,7 @@ type OLMTools struct {
 	// quickstart/ (OLM's crds.yaml and olm.yaml).
 	Dir                      string
 	Opm, GRPCHealthProbe, Cp string
-	Registry, Crane          string
+	Registry, Crane, CoreDNS string
 }
 
 // FindOLMTools builds (once per machine) and locates OLM's parts.
@@ -75,7 +82,7 @@ func FindOLMTools(ctx context.Context, root string) (OLMTools, error) {
 		name string
 		into *string
 	}{{"olm", &olm}, {"opm", &t.Opm}, {"grpc-health-probe", &t.GRPCHealthProbe}, {"cp", &t.Cp},
-		{"registry", &t.Registry}, {"crane", &t.Crane}} {
+		{"registry", &t.Registry}, {"crane", &t.Crane}, {"coredns", &t.CoreDNS}} {
 		var err error
 		if *b.into, err = hackOutput(ctx, root, "cached-binary.sh", b.name); err != nil {
 			return t, err
@@ -115,6 +122,7 @@ http:
 			Dirs: []string{"/tmp"}, User: user, Entrypoint: []string{"/bin/opm"}},
 		{Ref: RegistryImage, Files: map[string]string{"/bin/registry": t.Registry, "/etc/distribution/config.yml": config},
 			Dirs: []string{"/var/lib/registry"}, Entrypoint: []string{"/bin/registry"}, Cmd: []string{"serve", "/etc/distribution/config.yml"}},
+		{Ref: CoreDNSImage, Files: map[string]string{"/coredns": t.CoreDNS}, User: "65532:65532", Entrypoint: []string{"/coredns"}},
 	}
 	var tarballs []string
 	for _, img := range images {
@@ -125,6 +133,62 @@ http:
 		tarballs = append(tarballs, tarball)
 	}
 	return tarballs, nil
+}
+
+// InstallClusterDNS runs CoreDNS behind ClusterDNSIP, as kubeadm runs it,
+// answering for the cluster's Services and pods only (no forwarding: no
+// name is looked up off this machine).
+func (s *Stack) InstallClusterDNS(ctx context.Context) error {
+	const ns, name = "kube-system", "coredns"
+	labels := map[string]string{"k8s-app": "kube-dns"}
+	corefile := `.:1053 {
+    errors
+    health :8080
+    ready :8181
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    cache 30
+}
+`
+	objs := []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"}, Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"endpoints", "services", "pods", "namespaces"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:coredns"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: map[string]string{"Corefile": corefile}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{
+				ServiceAccountName: name,
+				DNSPolicy:          corev1.DNSDefault,
+				SecurityContext:    RestrictedPod(),
+				Containers: []corev1.Container{{Name: "coredns", Image: CoreDNSImage, ImagePullPolicy: corev1.PullNever,
+					Args:            []string{"-conf", "/etc/coredns/Corefile"},
+					SecurityContext: RestrictedContainer(),
+					Ports: []corev1.ContainerPort{{Name: "dns", ContainerPort: 1053, Protocol: corev1.ProtocolUDP},
+						{Name: "dns-tcp", ContainerPort: 1053, Protocol: corev1.ProtocolTCP}},
+					ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+						Path: "/ready", Port: intstr.FromInt32(8181)}}, PeriodSeconds: 2},
+					VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/coredns"}}}},
+				Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: name}}}}},
+			}},
+		}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: ns, Labels: labels}, Spec: corev1.ServiceSpec{
+			ClusterIP: ClusterDNSIP, Selector: labels,
+			Ports: []corev1.ServicePort{{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(1053), Protocol: corev1.ProtocolUDP},
+				{Name: "dns-tcp", Port: 53, TargetPort: intstr.FromInt32(1053), Protocol: corev1.ProtocolTCP}},
+		}},
+	}
+	if err := s.create(ctx, objs...); err != nil {
+		return err
+	}
+	return s.WaitAvailable(ctx, ns, name, 3*time.Minute)
 }
 
 // RegistryHost is the registry's "host:port", as the node and this
