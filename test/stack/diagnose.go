@@ -20,8 +20,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -152,10 +154,35 @@ var brokenReasons = map[string]bool{
 	"InvalidImageName": true, "CreateContainerError": true, "CreateContainerConfigError": true, "RunContainerError": true,
 }
 
-// watchPods polls a namespace's pods until ctx ends and returns the first
-// that cannot start, with why: a container waiting for a reason it does not
+// brokenPods lists a namespace's pods that cannot start, with why, by
+// "pod UID/container": a container waiting for a reason it does not
 // recover from, or one that has failed to run twice.
-func (s *Stack) watchPods(ctx context.Context, namespace string) string {
+func (s *Stack) brokenPods(ctx context.Context, namespace string) (map[string]string, error) {
+	pods := &corev1.PodList{}
+	if err := s.Client.List(ctx, pods, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	broken := map[string]string{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		statuses := append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
+		for _, st := range statuses {
+			if w := st.State.Waiting; w != nil && brokenReasons[w.Reason] || st.RestartCount >= 2 {
+				broken[string(p.UID)+"/"+st.Name] = fmt.Sprintf("pod %s/%s, container %s: %s, restarts %d",
+					p.Namespace, p.Name, st.Name, containerState(st.State), st.RestartCount)
+			}
+		}
+	}
+	return broken, nil
+}
+
+// watchPods polls a namespace's pods until ctx ends and returns the first
+// that cannot start (brokenPods) but those of before, with why. A pod that
+// could not start before the command began (a spec's deliberately broken
+// data mover, for one) is not the command's doing.
+func (s *Stack) watchPods(ctx context.Context, namespace string, before map[string]string) string {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -164,19 +191,13 @@ func (s *Stack) watchPods(ctx context.Context, namespace string) string {
 			return ""
 		case <-tick.C:
 		}
-		pods := &corev1.PodList{}
-		if err := s.Client.List(ctx, pods, client.InNamespace(namespace)); err != nil {
+		broken, err := s.brokenPods(ctx, namespace)
+		if err != nil {
 			continue
 		}
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp != nil {
-				continue
-			}
-			statuses := append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
-			for _, st := range statuses {
-				if w := st.State.Waiting; w != nil && brokenReasons[w.Reason] || st.RestartCount >= 2 {
-					return fmt.Sprintf("pod %s/%s, container %s: %s, restarts %d", p.Namespace, p.Name, st.Name, containerState(st.State), st.RestartCount)
-				}
+		for _, key := range slices.Sorted(maps.Keys(broken)) {
+			if _, old := before[key]; !old {
+				return broken[key]
 			}
 		}
 	}

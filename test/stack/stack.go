@@ -169,10 +169,15 @@ func (s *Stack) Env() []string {
 // `helm --wait` waiting out its five minutes.
 func (s *Stack) Run(ctx context.Context, script string) (string, error) {
 	fmt.Fprintf(s.Log, "$ %s\n", strings.TrimSpace(script))
+	// What could not start before the script is not the script's doing.
+	before, err := s.brokenPods(ctx, s.Namespace)
+	if err != nil {
+		return "", fmt.Errorf("listing the pods of %s: %w", s.Namespace, err)
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
-		if broken := s.watchPods(ctx, s.Namespace); broken != "" {
+		if broken := s.watchPods(ctx, s.Namespace, before); broken != "" {
 			cancel(fmt.Errorf("a pod cannot start: %s\n%s", broken, s.Diagnose(context.WithoutCancel(ctx), s.Namespace)))
 		}
 	}()
