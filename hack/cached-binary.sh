@@ -13,7 +13,7 @@
 #   hack/cached-binary.sh snapshot-controller    # the CSI snapshot controller, and the csi-snapshotter sidecar beside it
 #   hack/cached-binary.sh csi-provisioner        # the CSI external-provisioner sidecar
 #   hack/cached-binary.sh opm                    # operator-registry's opm, to make and serve an OLM catalog
-#   hack/cached-binary.sh olm                    # OLM's olm and catalog operators, packageserver, the bundle unpack tools (copy-content, cpb) and OLM's install manifests (quickstart/)
+#   hack/cached-binary.sh olm                    # OLM's olm and catalog operators, packageserver, the bundle unpack tools (copy-content, cpb) and OLM's helm chart (chart/)
 #   hack/cached-binary.sh cp                     # u-root's cp, the /bin/cp OLM's bundle unpack Jobs run in OLM's image
 #   hack/cached-binary.sh grpc-health-probe      # the probe of an OLM catalog's pod, in the opm image
 #   hack/cached-binary.sh registry               # distribution's registry (CNCF Distribution), an image registry in the cluster
@@ -266,12 +266,14 @@ echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
 ) >&2
 mkdir -p "$(dirname "${dest}")"
 if [[ "${name}" == olm ]]; then
-  # OLM's own install manifests (its CRDs and deployments), which the
-  # binaries go with.
+  # OLM's helm chart and its upstream values, which its releases render
+  # into their install manifests (the module's deploy/upstream/quickstart
+  # is older than its binaries: no OLMConfig CRD, single-dash flags).
   moddir="$(cd "${work}" && go mod download -json "${module}@v${version}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-  rm -rf "$(dirname "${dest}")/quickstart"
-  cp -r "${moddir}/deploy/upstream/quickstart" "$(dirname "${dest}")/quickstart"
-  chmod -R u+w "$(dirname "${dest}")/quickstart"
+  rm -rf "$(dirname "${dest}")/chart" "$(dirname "${dest}")/quickstart"
+  cp -r "${moddir}/deploy/chart" "$(dirname "${dest}")/chart"
+  cp "${moddir}/deploy/upstream/values.yaml" "$(dirname "${dest}")/chart/upstream-values.yaml"
+  chmod -R u+w "$(dirname "${dest}")/chart"
 fi
 for e in "${extra[@]}"; do
   mv "${work}/$(basename "${e}")" "$(dirname "${dest}")/"

@@ -7,6 +7,10 @@
 #   itemops.yaml                      the krew manifest naming those archives and their checksums
 #   itemops-image-<VERSION>.oci.tar   the manager image, linux/amd64 and linux/arm64, as an OCI image layout
 #   itemops-image-<VERSION>-linux-amd64.tar   the same for linux/amd64, for docker load / podman load
+#   itemops-bundle-<VERSION>.tar.gz   the OLM bundle (make bundle, config/olm/values.yaml, the image pinned)
+#   itemops-bundle-image-<VERSION>.oci.tar  its bundle image ghcr.io/itemops/itemops-bundle:<semver>, an OCI image layout
+#   itemops-catalog-<VERSION>.tar.gz  a file-based catalog (opm) naming that bundle image by its digest, and
+#                                     catalog.Dockerfile (opm generate dockerfile) to build its image
 #   RELEASE-NOTES.md                  the commits since the previous release tag
 #   itemops-<VERSION>.cdx.json        CycloneDX SBOM of the manager: the modules linked into it
 #   kubectl-itemops-<VERSION>.cdx.json  the same for kubectl-itemops
@@ -55,6 +59,17 @@ step "the manager image $IMG"
 OUT="$work/image" IMG="$IMG" VERSION="$VERSION" PLATFORMS=linux/amd64,linux/arm64 TARBALL_PLATFORM=linux/amd64 hack/image.sh >&2
 tar -C "$work/image/oci" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf "$out/itemops-image-$VERSION.oci.tar" .
 cp "$work/image/itemops.tar" "$out/itemops-image-$VERSION-linux-amd64.tar"
+
+BUNDLE_IMG="${BUNDLE_IMG:-ghcr.io/itemops/itemops-bundle:${semver}}"
+step "the OLM bundle, its image $BUNDLE_IMG, and a catalog of it"
+hack/bundle.sh "$IMG" "$semver" config/olm/values.yaml "$work/olm/bundle" >&2
+tar -C "$work/olm" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -czf "$out/itemops-bundle-$VERSION.tar.gz" bundle
+hack/olm-image.sh bundle "$work/olm/bundle" "$BUNDLE_IMG" "$work/olm/bundle-image" > /dev/null
+tar -C "$work/olm/bundle-image/oci" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf "$out/itemops-bundle-image-$VERSION.oci.tar" .
+hack/catalog.sh "$work/olm/catalog" stable "$work/olm/bundle=$(cat "$work/olm/bundle-image/ref")" >&2
+opm="$(hack/cached-binary.sh opm)"
+(cd "$work/olm" && "$opm" generate dockerfile catalog >&2)
+tar -C "$work/olm" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -czf "$out/itemops-catalog-$VERSION.tar.gz" catalog catalog.Dockerfile
 
 step "release notes from the commit log"
 previous="$(git describe --tags --abbrev=0 --match 'v*' HEAD^ 2>/dev/null || true)"

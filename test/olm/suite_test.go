@@ -108,9 +108,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	for _, t := range append(tarballs, olmTarballs...) {
 		Expect(c.ImportImage(ctx, t)).To(Succeed())
 	}
-	for _, v := range []string{firstVersion, secondVersion} {
-		Expect(c.TagImage(ctx, stack.ItemopsRepository+":"+firstVersion, stack.ItemopsRepository+":"+v)).To(Succeed())
-	}
+	Expect(c.TagImage(ctx, stack.ItemopsRepository+":"+firstVersion, stack.ItemopsRepository+":"+secondVersion)).To(Succeed())
 	for _, step := range []struct {
 		what string
 		do   func() error

@@ -133,6 +133,24 @@ func TestReleaseWritesEveryArtifact(t *testing.T) {
 	docker := entries(g, filepath.Join(dist, "itemops-image-"+version+"-linux-amd64.tar"), false)
 	g.Expect(string(docker["manifest.json"])).To(ContainSubstring(`"RepoTags":["` + image + `"]`))
 
+	// The OLM bundle, its image, and a catalog naming that image by its
+	// digest.
+	bundle := entries(g, filepath.Join(dist, "itemops-bundle-"+version+".tar.gz"), true)
+	g.Expect(string(bundle["bundle/manifests/itemops.clusterserviceversion.yaml"])).To(And(
+		ContainSubstring("name: itemops.v"+semver), ContainSubstring("image: "+image)))
+	g.Expect(bundle).To(HaveKey("bundle/metadata/annotations.yaml"))
+	bundleImage := entries(g, filepath.Join(dist, "itemops-bundle-image-"+version+".oci.tar"), false)
+	var bundleIndex ocispec.Index
+	g.Expect(json.Unmarshal(bundleImage["index.json"], &bundleIndex)).To(Succeed())
+	g.Expect(bundleIndex.Manifests).To(HaveLen(1))
+	bundleDigest := bundleIndex.Manifests[0].Digest
+	g.Expect(bundleImage).To(HaveKey("blobs/sha256/" + bundleDigest.Encoded()))
+	catalog := entries(g, filepath.Join(dist, "itemops-catalog-"+version+".tar.gz"), true)
+	g.Expect(string(catalog["catalog/itemops/index.yaml"])).To(And(
+		ContainSubstring("image: ghcr.io/itemops/itemops-bundle@"+bundleDigest.String()),
+		ContainSubstring("schema: olm.channel"), ContainSubstring("- name: itemops.v"+semver)))
+	g.Expect(string(catalog["catalog.Dockerfile"])).To(ContainSubstring("operators.operatorframework.io.index.configs.v1=/configs"))
+
 	notes := read("RELEASE-NOTES.md")
 	g.Expect(notes).To(HavePrefix("# itemops " + version + "\n"))
 	g.Expect(notes).To(ContainSubstring("\n- "), "at least one change")

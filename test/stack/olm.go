@@ -17,12 +17,13 @@ limitations under the License.
 package stack
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -35,6 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/localcluster"
 )
 
@@ -68,7 +70,7 @@ const (
 // make and push a catalog.
 type OLMTools struct {
 	// Dir holds olm, catalog, package-server, copy-content, cpb and
-	// quickstart/ (OLM's crds.yaml and olm.yaml).
+	// chart/ (OLM's helm chart, with its upstream-values.yaml).
 	Dir                      string
 	Opm, GRPCHealthProbe, Cp string
 	Registry, Crane, CoreDNS string
@@ -228,33 +230,44 @@ func (s *Stack) InstallRegistry(ctx context.Context) error {
 	return s.WaitAvailable(ctx, RegistryNamespace, "registry", 3*time.Minute)
 }
 
-// InstallOLM installs OLM as its quickstart does (its CRDs, then its
-// operators and packageserver), its images the ones built here, without
-// the quickstart's catalog of operatorhub.io (out of reach here), and
-// waits for its operators and packageserver.
+// InstallOLM installs OLM as its releases' manifests do: its helm chart
+// rendered with its upstream values, the images the ones built here (its
+// catalog operator unpacking bundles with OPMImage), without cert-manager
+// (OLM makes packageserver's certificate itself) and without the chart's
+// catalog of operatorhub.io (out of reach here); then it waits for its
+// operators and packageserver.
 func (s *Stack) InstallOLM(ctx context.Context, t OLMTools) error {
-	crds, err := readObjects(filepath.Join(t.Dir, "quickstart", "crds.yaml"))
+	chart := filepath.Join(t.Dir, "chart")
+	render := exec.CommandContext(ctx, s.Bins.Helm, "template", "olm", chart, "--include-crds",
+		"-f", filepath.Join(chart, "upstream-values.yaml"),
+		"--set", "olm.image.ref="+OLMImage, "--set", "catalog.image.ref="+OLMImage,
+		"--set", "package.image.ref="+OLMImage, "--set", "package.image.pullPolicy=IfNotPresent",
+		"--set", "catalog.opmImageArgs=--opmImage="+OPMImage, "--set", "certManager.enabled=false")
+	var stderr bytes.Buffer
+	render.Stderr = &stderr
+	out, err := render.Output()
+	if err != nil {
+		return fmt.Errorf("helm template OLM's chart: %w: %s", err, stderr.String())
+	}
+	objs, err := envtest.Decode(bytes.NewReader(out))
 	if err != nil {
 		return err
 	}
-	for _, crd := range crds {
-		if err := s.apply(ctx, crd); err != nil {
-			return fmt.Errorf("OLM's CRD %s: %w", crd.GetName(), err)
+	var crds []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" {
+			crds = append(crds, o)
+			if err := s.apply(ctx, o); err != nil {
+				return fmt.Errorf("OLM's CRD %s: %w", o.GetName(), err)
+			}
 		}
 	}
 	if err := s.waitCRDs(ctx, crds); err != nil {
 		return err
 	}
-	objs, err := readObjects(filepath.Join(t.Dir, "quickstart", "olm.yaml"))
-	if err != nil {
-		return err
-	}
 	for _, o := range objs {
-		if o.GetKind() == "CatalogSource" {
+		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "CatalogSource" {
 			continue
-		}
-		if err := olmImages(o); err != nil {
-			return err
 		}
 		if err := s.apply(ctx, o); err != nil {
 			return fmt.Errorf("OLM's %s %s: %w", o.GetKind(), o.GetName(), err)
@@ -273,78 +286,15 @@ func (s *Stack) apply(ctx context.Context, o *unstructured.Unstructured) error {
 	return s.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("itemops-test"), client.ForceOwnership)
 }
 
-// olmImages points OLM's Deployments, and the CSV of its packageserver, at
-// OLMImage, and its catalog operator at OPMImage for bundle unpacking.
-func olmImages(o *unstructured.Unstructured) error {
-	var path []string
-	switch o.GetKind() {
-	case "Deployment":
-		path = []string{"spec", "template", "spec", "containers"}
-	case "ClusterServiceVersion":
-		deployments, _, err := unstructured.NestedSlice(o.Object, "spec", "install", "spec", "deployments")
-		if err != nil {
-			return err
-		}
-		for i, d := range deployments {
-			dm := d.(map[string]any)
-			cs, _, err := unstructured.NestedSlice(dm, "spec", "template", "spec", "containers")
-			if err != nil {
-				return err
-			}
-			for j := range cs {
-				cs[j].(map[string]any)["image"] = OLMImage
-			}
-			if err := unstructured.SetNestedSlice(dm, cs, "spec", "template", "spec", "containers"); err != nil {
-				return err
-			}
-			deployments[i] = dm
-		}
-		return unstructured.SetNestedSlice(o.Object, deployments, "spec", "install", "spec", "deployments")
-	default:
-		return nil
-	}
-	containers, _, err := unstructured.NestedSlice(o.Object, path...)
-	if err != nil {
-		return err
-	}
-	for i := range containers {
-		c := containers[i].(map[string]any)
-		c["image"] = OLMImage
-		args, _, _ := unstructured.NestedStringSlice(c, "args")
-		for j, a := range args {
-			switch {
-			case strings.HasPrefix(a, "quay.io/operator-framework/olm@"): // -util-image's
-				args[j] = OLMImage
-			case len(a) > 2 && a[0] == '-' && a[1] != '-':
-				// The quickstart's catalog operator has Go's single-dash
-				// flags (-namespace), which its cobra command refuses
-				// ("unknown shorthand flag: 'n'"); its helm chart's has
-				// them with two.
-				args[j] = "-" + a
-			}
-		}
-		if o.GetName() == "catalog-operator" {
-			args = slices.DeleteFunc(args, func(a string) bool { return strings.HasPrefix(a, "--opmImage") })
-			args = append(args, "--opmImage="+OPMImage)
-		}
-		if args != nil {
-			if err := unstructured.SetNestedStringSlice(c, args, "args"); err != nil {
-				return err
-			}
-		}
-		containers[i] = c
-	}
-	return unstructured.SetNestedSlice(o.Object, containers, path...)
-}
-
 // WaitCSV waits for a ClusterServiceVersion's phase Succeeded.
 func (s *Stack) WaitCSV(ctx context.Context, namespace, name string, timeout time.Duration) error {
 	var phase, message string
+	var getErr error
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		csv := &unstructured.Unstructured{}
 		csv.SetAPIVersion("operators.coreos.com/v1alpha1")
 		csv.SetKind("ClusterServiceVersion")
-		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, csv); err != nil {
+		if getErr = s.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, csv); getErr != nil {
 			return false, nil
 		}
 		phase, _, _ = unstructured.NestedString(csv.Object, "status", "phase")
@@ -352,8 +302,10 @@ func (s *Stack) WaitCSV(ctx context.Context, namespace, name string, timeout tim
 		return phase == "Succeeded", nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for ClusterServiceVersion %s/%s to succeed (phase %q: %s): %w\n%s", namespace, name, phase, message, err,
-			s.Diagnose(context.WithoutCancel(ctx), namespace))
+		ctx := context.WithoutCancel(ctx)
+		return fmt.Errorf("waiting for ClusterServiceVersion %s/%s to succeed (phase %q: %s; reading it: %v): %w\n%s\n=== OLM's olm operator\n%s\n=== OLM's catalog operator\n%s",
+			namespace, name, phase, message, getErr, err, s.Diagnose(ctx, namespace),
+			s.Logs(ctx, OLMNamespace, "app=olm-operator", 40), s.Logs(ctx, OLMNamespace, "app=catalog-operator", 40))
 	}
 	return nil
 }
