@@ -169,11 +169,9 @@ func (s *Stack) Env() []string {
 // `helm --wait` waiting out its five minutes.
 func (s *Stack) Run(ctx context.Context, script string) (string, error) {
 	fmt.Fprintf(s.Log, "$ %s\n", strings.TrimSpace(script))
-	// What could not start before the script is not the script's doing.
-	before, err := s.brokenPods(ctx, s.Namespace)
-	if err != nil {
-		return "", fmt.Errorf("listing the pods of %s: %w", s.Namespace, err)
-	}
+	// What could not start before the script is not the script's doing
+	// (unknown when the pods cannot be listed: then every one counts).
+	before, _ := s.brokenPods(ctx, s.Namespace)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
