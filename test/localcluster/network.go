@@ -55,6 +55,11 @@ func (c *Cluster) createNetwork(context.Context) error {
 		{"-n", netnsName, "link", "set", nodeLink, "up"},
 		{"route", "add", PodCIDR, "via", NodeIP, "dev", hostLink},
 		{"route", "add", ServiceCIDR, "via", NodeIP, "dev", hostLink},
+		// The node's own processes reach ClusterIPs (kube-apiserver an
+		// aggregated API's Service, as packageserver's): kube-proxy
+		// rewrites the address once the kernel has a route for it, which
+		// a node's default route gives elsewhere.
+		{"-n", netnsName, "route", "add", ServiceCIDR, "dev", nodeLink},
 	}
 	for _, s := range steps {
 		if err := ipCommand(s...); err != nil {

@@ -77,11 +77,13 @@ func catalogImage(catalog, opm, probe, ociDir, tarPath, tag, version, revision s
 	if err != nil {
 		return err
 	}
-	configs, err := treeEntries(catalog, "configs")
+	configs, err := treeEntries(catalog, "configs", false)
 	if err != nil {
 		return err
 	}
-	cached, err := treeEntries(cache, "tmp/cache")
+	// opm opens its cache to write (a lock file, its database) as
+	// whatever user runs it: OLM's 1001, or one OpenShift assigns.
+	cached, err := treeEntries(cache, "tmp/cache", true)
 	if err != nil {
 		return err
 	}
@@ -130,9 +132,9 @@ func catalogImage(catalog, opm, probe, ociDir, tarPath, tag, version, revision s
 }
 
 // treeEntries are the directories and files under dir, by name, as
-// entries under prefix: files keep their mode's permission bits, owned by
-// root.
-func treeEntries(dir, prefix string) ([]entry, error) {
+// entries under prefix, owned by root: files keep their mode's permission
+// bits, or, writable, every user may write them and their directories.
+func treeEntries(dir, prefix string, writable bool) ([]entry, error) {
 	var entries []entry
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -149,13 +151,21 @@ func treeEntries(dir, prefix string) ([]entry, error) {
 		}
 		switch {
 		case d.IsDir():
-			entries = append(entries, entry{name: name + "/", mode: 0o755, dir: true})
+			mode := int64(0o755)
+			if writable {
+				mode = 0o777
+			}
+			entries = append(entries, entry{name: name + "/", mode: mode, dir: true})
 		case d.Type().IsRegular():
 			data, err := os.ReadFile(p)
 			if err != nil {
 				return err
 			}
-			entries = append(entries, entry{name: name, mode: int64(info.Mode().Perm()), data: data})
+			mode := int64(info.Mode().Perm())
+			if writable {
+				mode |= 0o666
+			}
+			entries = append(entries, entry{name: name, mode: mode, data: data})
 		default:
 			return fmt.Errorf("%s: neither a file nor a directory", p)
 		}
