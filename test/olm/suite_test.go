@@ -137,6 +137,7 @@ var _ = AfterEach(func(ctx SpecContext) {
 	GinkgoWriter.Printf("=== OLM's catalog operator\n%s\n", s.Logs(ctx, stack.OLMNamespace, "app=catalog-operator", 80))
 	GinkgoWriter.Printf("=== OLM's olm operator\n%s\n", s.Logs(ctx, stack.OLMNamespace, "app=olm-operator", 80))
 	GinkgoWriter.Printf("=== itemops' logs\n%s\n", s.Logs(ctx, s.Namespace, "app.kubernetes.io/name=itemops", 60))
+	GinkgoWriter.Printf("=== Velero's server log\n%s\n", s.Logs(ctx, s.Namespace, stack.VeleroPods, 200))
 	if artifacts := os.Getenv("ARTIFACTS"); artifacts != "" {
 		dir := filepath.Join(artifacts, "olm-cluster-logs", "pods", fmt.Sprintf("spec-%d", CurrentSpecReport().LeafNodeLocation.LineNumber))
 		if err := s.SaveLogs(ctx, dir, s.Namespace, stack.OLMNamespace, stack.RegistryNamespace); err != nil {
