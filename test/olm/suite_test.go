@@ -115,6 +115,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	}{
 		{"the cluster's DNS (CoreDNS)", func() error { return s.InstallClusterDNS(ctx) }},
 		{"the bucket", func() error { return s.Storage(ctx) }},
+		// Velero's CSI support (OADP's default) needs the snapshot API.
+		{"the CSI snapshot controller and driver", func() error { return s.CSI(ctx) }},
 		{"Velero in openshift-adp from a DPA (OADP's part)", func() error { return s.InstallOADP(ctx) }},
 		{"the registry", func() error { return s.InstallRegistry(ctx) }},
 		{"OLM", func() error { return s.InstallOLM(ctx, olm) }},
