@@ -201,6 +201,13 @@ func BuildImages(ctx context.Context, root, dir string, bins Binaries, itemopsTa
 		{Ref: VolumeFilesImage, Files: map[string]string{"/volumefiles": volumeFiles}, User: nonroot, Entrypoint: []string{"/volumefiles"}},
 		{Ref: ThrottleImage, Files: map[string]string{"/throttle": throttle}, User: nonroot, Entrypoint: []string{"/throttle"}},
 	}
+	more, err := writeImages(dir, images)
+	return append(tarballs, more...), err
+}
+
+// writeImages writes each image as a tarball in dir and returns them.
+func writeImages(dir string, images []localcluster.Image) ([]string, error) {
+	var tarballs []string
 	for _, img := range images {
 		tarball := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
 		if err := img.Write(tarball); err != nil {

@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -126,15 +125,7 @@ http:
 			Dirs: []string{"/var/lib/registry"}, Entrypoint: []string{"/bin/registry"}, Cmd: []string{"serve", "/etc/distribution/config.yml"}},
 		{Ref: CoreDNSImage, Files: map[string]string{"/coredns": t.CoreDNS}, User: "65532:65532", Entrypoint: []string{"/coredns"}},
 	}
-	var tarballs []string
-	for _, img := range images {
-		tarball := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
-		if err := img.Write(tarball); err != nil {
-			return nil, fmt.Errorf("building %s: %w", img.Ref, err)
-		}
-		tarballs = append(tarballs, tarball)
-	}
-	return tarballs, nil
+	return writeImages(dir, images)
 }
 
 // InstallClusterDNS runs CoreDNS behind ClusterDNSIP, as kubeadm runs it,
