@@ -69,30 +69,33 @@ ARTIFACTS ?= $(CURDIR)/_artifacts
 test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suites included (LABELS=, FOCUS= run a subset; JUnit reports in _artifacts/).
 	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws, velero,
 	@# versitygw, helm, the CSI snapshot controller and external-provisioner)
-	@# are built once per machine, and the pinned promtool, image builder and
-	@# bundle writer compiled; build them while the checks run. The suites
-	@# start once what they run is built: what only the real-node suite runs
-	@# (the CSI binaries, the node's Kubernetes binaries and kubectl) builds on
-	@# beside them, and that suite, the longest, waits for it through the
-	@# scripts' locks (the velero and other Ginkgo suites too, so that
-	@# this build has the CPU first; hack/test.sh).
-	assets_out="$$(mktemp)"; node_out="$$(mktemp)"; csi_out="$$(mktemp)"; trap 'rm -f "$$assets_out" "$$node_out" "$$csi_out"' EXIT; \
+	@# are built once per machine, beside the check of generated files. The
+	@# suites start once envtest's control plane is built; each waits, through
+	@# the scripts' locks, for what else it runs. On a new machine what the
+	@# real-node suite, the longest, waits for comes first: the node's
+	@# Kubernetes binaries build right after the control plane, the other
+	@# Ginkgo suites wait for them (hack/test.sh), and vet and the pinned
+	@# promtool and bundle writer, which it does not need, build at a lower
+	@# priority beside the suites.
+	node_out="$$(mktemp)"; csi_out="$$(mktemp)"; vet_out="$$(mktemp)"; trap 'rm -f "$$node_out" "$$csi_out" "$$vet_out"' EXIT; \
+	  { hack/envtest-assets.sh control-plane && hack/envtest-assets.sh; } > /dev/null 2> "$$node_out" & node=$$!; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
 	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \
 	  hack/cached-binary.sh versitygw > /dev/null & s3=$$!; \
 	  hack/cached-binary.sh helm > /dev/null & helm=$$!; \
 	  { hack/cached-binary.sh snapshot-controller && hack/cached-binary.sh csi-provisioner; } > /dev/null 2> "$$csi_out" & csi=$$!; \
-	  hack/envtest-assets.sh control-plane > "$$assets_out" & assets=$$!; \
-	  go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
 	  go -C hack/tools/image build -o /dev/null . & image=$$!; \
-	  go -C hack/tools/bundle build -o /dev/null . & bundle=$$!; \
 	  hack/cluster-packages.sh & packages=$$!; \
-	  $(MAKE) --no-print-directory verify vet; \
-	  wait $$aws; wait $$velero; wait $$s3; wait $$helm; wait $$assets; wait $$promtool; wait $$image; wait $$bundle; wait $$packages; \
-	  hack/envtest-assets.sh > /dev/null 2> "$$node_out" & node=$$!; \
-	  status=0; KUBEBUILDER_ASSETS="$$(cat "$$assets_out")" LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh || status=$$?; \
-	  wait $$node || { echo "=== building the node's Kubernetes binaries failed:"; cat "$$node_out"; status=1; }; \
+	  nice -n 10 go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
+	  nice -n 10 go -C hack/tools/bundle build -o /dev/null . & bundle=$$!; \
+	  nice -n 10 $(MAKE) --no-print-directory vet > "$$vet_out" 2>&1 & vet=$$!; \
+	  $(MAKE) --no-print-directory verify; \
+	  assets="$$(hack/envtest-assets.sh control-plane)"; wait $$packages; \
+	  status=0; KUBEBUILDER_ASSETS="$$assets" LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh || status=$$?; \
+	  wait $$vet || { echo "=== go vet failed:"; cat "$$vet_out"; status=1; }; \
+	  wait $$node || { echo "=== building the Kubernetes binaries failed:"; cat "$$node_out"; status=1; }; \
 	  wait $$csi || { echo "=== building the CSI snapshot controller or external-provisioner failed:"; cat "$$csi_out"; status=1; }; \
+	  for job in aws velero s3 helm image promtool bundle; do wait "$${!job}" || { echo "=== building $$job failed (the suites that run it say why)"; status=1; }; done; \
 	  exit $$status
 
 .PHONY: test-e2e

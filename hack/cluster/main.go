@@ -27,12 +27,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/itemops/itemops/hack/foreground"
-	"github.com/itemops/itemops/test/localcluster"
 	"github.com/itemops/itemops/test/stack"
 )
 
@@ -56,54 +54,26 @@ func run(bare bool) (err error) {
 		return err
 	}
 	fmt.Println("cluster: building what it runs (the first time on a machine: about 30 minutes)")
-	var (
-		bins     stack.Binaries
-		tarballs []string
-	)
-	if bare {
-		bins, err = stack.FindBinaries(ctx, root)
-	} else {
-		// Outside the cluster's directory, which its start wipes.
-		var images string
-		if images, err = os.MkdirTemp("", "itemops-cluster-images-"); err != nil {
-			return err
-		}
-		defer os.RemoveAll(images)
-		bins, tarballs, err = stack.FindBinariesAndBuildImages(ctx, root, images, "dev")
-	}
-	if err != nil {
-		return err
-	}
 	started := time.Now()
-	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: bins.KubeDir, Log: os.Stdout})
+	s, err := stack.Launch{Root: root, ItemopsTag: "dev", Bare: bare, Log: os.Stdout}.Start(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		fmt.Println("cluster: tearing it all down")
-		if stopErr := c.Stop(context.Background()); stopErr != nil {
+		if stopErr := s.Stop(context.Background(), false); stopErr != nil {
 			err = errors.Join(err, stopErr)
 		}
 	}()
 	fmt.Printf("cluster: the node is Ready (%.1fs)\n", time.Since(started).Seconds())
-	work := filepath.Join(c.Dir, "work")
-	s, err := stack.New(ctx, c, root, work, bins, os.Stdout)
-	if err != nil {
-		return err
-	}
 	if !bare {
-		for _, t := range tarballs {
-			if err := c.ImportImage(ctx, t); err != nil {
-				return err
-			}
-		}
 		if err := s.Install(ctx, "dev"); err != nil {
 			return err
 		}
 	}
 	if bare {
 		fmt.Printf("\ncluster: ready in %.0fs. In another terminal:\n\n  export KUBECONFIG=%s PATH=%s:$PATH\n  kubectl get nodes\n\nCtrl-C tears it all down.\n",
-			time.Since(started).Seconds(), c.Kubeconfig, s.Bin)
+			time.Since(started).Seconds(), s.Cluster.Kubeconfig, s.Bin)
 		<-ctx.Done()
 		return nil
 	}
@@ -116,7 +86,7 @@ cluster: ready in %.0fs. In another terminal:
 
 Velero's bucket is %s; the README's helm commands run there as written.
 Ctrl-C tears it all down.
-`, time.Since(started).Seconds(), work, c.Kubeconfig, s.Bin, stack.S3URL)
+`, time.Since(started).Seconds(), s.Work, s.Cluster.Kubeconfig, s.Bin, stack.S3URL)
 	<-ctx.Done()
 	return nil
 }

@@ -47,7 +47,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/itemops/itemops/test/envtest"
-	"github.com/itemops/itemops/test/localcluster"
 	"github.com/itemops/itemops/test/stack"
 )
 
@@ -79,43 +78,25 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	klog.SetLogger(GinkgoLogr)
 	root, err := envtest.RepoRoot()
 	Expect(err).NotTo(HaveOccurred())
-	// On a new machine the node's Kubernetes binaries may still be
-	// building (make test builds them beside the other suites): the images
-	// are built meanwhile, outside the cluster's directory, which its start
-	// wipes.
-	images, err := os.MkdirTemp("", "itemops-cluster-images-")
+	// The cluster's logs are kept once a spec failed.
+	var keepLogs string
+	if artifacts := os.Getenv("ARTIFACTS"); artifacts != "" {
+		keepLogs = filepath.Join(artifacts, "cluster-logs")
+	}
+	s, err = stack.Launch{Root: root, ItemopsTag: firstTag, AlsoTags: []string{secondTag}, KeepLogs: keepLogs, Log: GinkgoWriter}.Start(ctx)
 	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(os.RemoveAll, images)
-	bins, tarballs, err := stack.FindBinariesAndBuildImages(ctx, root, images, firstTag)
-	Expect(err).NotTo(HaveOccurred(), "building what the cluster runs, and its images")
-	Expect(localcluster.CheckPrerequisites(bins.KubeDir)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) {
+		Expect(s.Stop(ctx, failed || CurrentSpecReport().Failed())).To(Succeed(), "tearing the cluster down")
+	}, NodeTimeout(3*time.Minute))
 	// The helm that installs and upgrades the chart: HELM_VERSION's (make
 	// test-kube runs helm 3 and helm 4), v3.22.0 by default.
-	helmVersion, err := exec.CommandContext(ctx, bins.Helm, "version", "--short").Output()
+	helmVersion, err := exec.CommandContext(ctx, s.Bins.Helm, "version", "--short").Output()
 	Expect(err).NotTo(HaveOccurred())
 	fmt.Fprintf(GinkgoWriter, "helm %s", helmVersion)
 	if want := os.Getenv("HELM_VERSION"); want != "" {
 		release, _, _ := strings.Cut(strings.TrimSpace(string(helmVersion)), "+")
 		Expect(release).To(Equal("v"+want), "the helm HELM_VERSION asks for")
 	}
-
-	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: bins.KubeDir, Log: GinkgoWriter})
-	Expect(err).NotTo(HaveOccurred(), "bringing the cluster up")
-	DeferCleanup(func(ctx SpecContext) {
-		artifacts := os.Getenv("ARTIFACTS")
-		if artifacts != "" && (failed || CurrentSpecReport().Failed()) {
-			_ = os.CopyFS(filepath.Join(artifacts, "cluster-logs"), os.DirFS(c.LogDir))
-		}
-		Expect(c.Stop(ctx)).To(Succeed(), "tearing the cluster down")
-	}, NodeTimeout(3*time.Minute))
-
-	work := filepath.Join(c.Dir, "work")
-	s, err = stack.New(ctx, c, root, work, bins, GinkgoWriter)
-	Expect(err).NotTo(HaveOccurred())
-	for _, t := range tarballs {
-		Expect(c.ImportImage(ctx, t)).To(Succeed())
-	}
-	Expect(c.TagImage(ctx, stack.ItemopsRepository+":"+firstTag, stack.ItemopsRepository+":"+secondTag)).To(Succeed())
 	Expect(s.Install(ctx, firstTag)).To(Succeed(), "installing Velero and itemops as the README says")
 }, NodeTimeout(45*time.Minute))
 

@@ -31,6 +31,7 @@ limitations under the License.
 package olm
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -74,41 +75,34 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	klog.SetLogger(GinkgoLogr)
 	root, err := envtest.RepoRoot()
 	Expect(err).NotTo(HaveOccurred())
-	images, err := os.MkdirTemp("", "itemops-olm-images-")
+	var keepLogs string
+	if artifacts := os.Getenv("ARTIFACTS"); artifacts != "" {
+		keepLogs = filepath.Join(artifacts, "olm-cluster-logs")
+	}
+	var olm stack.OLMTools
+	s, err = stack.Launch{
+		Root: root, ItemopsTag: firstVersion, AlsoTags: []string{secondVersion}, KeepLogs: keepLogs, Log: GinkgoWriter,
+		// OLM reaches a catalog's pod by its Service's name: this
+		// cluster has a DNS.
+		Cluster: localcluster.Config{ClusterDNS: stack.ClusterDNSIP},
+		MoreImages: func(ctx context.Context, dir string) (tarballs []string, err error) {
+			if olm, err = stack.FindOLMTools(ctx, root); err != nil {
+				return nil, fmt.Errorf("building OLM, opm, the registry and crane: %w", err)
+			}
+			return stack.BuildOLMImages(olm, dir)
+		},
+	}.Start(ctx)
 	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(os.RemoveAll, images)
-	bins, tarballs, err := stack.FindBinariesAndBuildImages(ctx, root, images, firstVersion)
-	Expect(err).NotTo(HaveOccurred(), "building what the cluster runs, and its images")
-	olm, err := stack.FindOLMTools(ctx, root)
-	Expect(err).NotTo(HaveOccurred(), "building OLM, opm, the registry and crane")
-	olmTarballs, err := stack.BuildOLMImages(olm, images)
-	Expect(err).NotTo(HaveOccurred())
-	Expect(localcluster.CheckPrerequisites(bins.KubeDir)).To(Succeed())
-
-	// OLM reaches a catalog's pod by its Service's name: this cluster has
-	// a DNS.
-	c, err := localcluster.Start(ctx, localcluster.Config{BinDir: bins.KubeDir, Log: GinkgoWriter, ClusterDNS: stack.ClusterDNSIP})
-	Expect(err).NotTo(HaveOccurred(), "bringing the cluster up")
 	DeferCleanup(func(ctx SpecContext) {
-		artifacts := os.Getenv("ARTIFACTS")
-		if artifacts != "" && (failed || CurrentSpecReport().Failed()) {
-			_ = os.CopyFS(filepath.Join(artifacts, "olm-cluster-logs"), os.DirFS(c.LogDir))
-		}
-		Expect(c.Stop(ctx)).To(Succeed(), "tearing the cluster down")
+		Expect(s.Stop(ctx, failed || CurrentSpecReport().Failed())).To(Succeed(), "tearing the cluster down")
 	}, NodeTimeout(3*time.Minute))
 
-	s, err = stack.New(ctx, c, root, filepath.Join(c.Dir, "work"), bins, GinkgoWriter)
-	Expect(err).NotTo(HaveOccurred())
 	s.Namespace = stack.OADPNamespace
 	s.ExtraEnv = []string{"REGISTRY=" + stack.RegistryHost()}
 	// docs/openshift.md's OLM commands run in an itemops checkout: the
 	// working directory gets the parts of one they use.
 	Expect(s.LinkCheckout("Makefile", "hack", "config")).To(Succeed())
 	Expect(os.Symlink(olm.Crane, filepath.Join(s.Bin, "crane"))).To(Succeed())
-	for _, t := range append(tarballs, olmTarballs...) {
-		Expect(c.ImportImage(ctx, t)).To(Succeed())
-	}
-	Expect(c.TagImage(ctx, stack.ItemopsRepository+":"+firstVersion, stack.ItemopsRepository+":"+secondVersion)).To(Succeed())
 	for _, step := range []struct {
 		what string
 		do   func() error

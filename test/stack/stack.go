@@ -99,6 +99,9 @@ type Stack struct {
 	// ExtraEnv is more of the commands' environment (Env), such as the
 	// REGISTRY docs/openshift.md's OLM commands push to.
 	ExtraEnv []string
+
+	// keepLogs is where Stop copies the cluster's logs (Launch.KeepLogs).
+	keepLogs string
 }
 
 // New prepares the working directory of a stack on a running cluster.
