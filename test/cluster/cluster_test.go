@@ -614,15 +614,20 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		Expect(s.Client.Create(ctx, bomb)).To(Succeed())
 
 		Eventually(backupPhase("bomb")).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
-		events := &corev1.EventList{}
-		Expect(s.Client.List(ctx, events, client.InNamespace(s.Namespace))).To(Succeed())
-		var reasons []string
-		for _, e := range events.Items {
-			if e.InvolvedObject.Kind == "Backup" && e.InvolvedObject.Name == "bomb" {
-				reasons = append(reasons, e.Reason+": "+e.Message)
+		// The Event reaches the API server after the status its
+		// controller wrote first (client-go sends Events from a queue of
+		// its own): waited for.
+		Eventually(func(g Gomega) []string {
+			events := &corev1.EventList{}
+			g.Expect(s.Client.List(ctx, events, client.InNamespace(s.Namespace))).To(Succeed())
+			var reasons []string
+			for _, e := range events.Items {
+				if e.InvolvedObject.Kind == "Backup" && e.InvolvedObject.Name == "bomb" {
+					reasons = append(reasons, e.Reason+": "+e.Message)
+				}
 			}
-		}
-		Expect(reasons).To(ContainElement(And(HavePrefix("OperationsFileTooLarge: "), ContainSubstring("--max-operations-file-inflated-bytes"))))
+			return reasons
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(ContainElement(And(HavePrefix("OperationsFileTooLarge: "), ContainSubstring("--max-operations-file-inflated-bytes"))))
 		Eventually(backupPhase("beside")).WithContext(ctx).WithTimeout(3 * time.Minute).Should(Equal(velerov1api.BackupPhaseCompleted))
 		Expect(readyManagers(Default)).To(HaveLen(2))
 		Expect(restarts(Default)).To(Equal(before), "no itemops container restarted (out of memory)")
