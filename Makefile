@@ -69,15 +69,15 @@ ARTIFACTS ?= $(CURDIR)/_artifacts
 test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suites included (LABELS=, FOCUS= run a subset; JUnit reports in _artifacts/).
 	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws, velero,
 	@# versitygw, helm, the CSI snapshot controller and external-provisioner)
-	@# are built once per machine, beside the check of generated files. The
-	@# suites start once envtest's control plane is built; each waits, through
-	@# the scripts' locks, for what else it runs. On a new machine what the
-	@# real-node suite, the longest, waits for comes first: the node's
-	@# Kubernetes binaries build right after the control plane, the other
-	@# Ginkgo suites wait for them (hack/test.sh), and vet and the pinned
-	@# promtool and bundle writer, which it does not need, build at a lower
-	@# priority beside the suites.
-	node_out="$$(mktemp)"; csi_out="$$(mktemp)"; vet_out="$$(mktemp)"; trap 'rm -f "$$node_out" "$$csi_out" "$$vet_out"' EXIT; \
+	@# are built once per machine. The suites start once envtest's control
+	@# plane is built; each waits, through the scripts' locks, for what else
+	@# it runs. On a new machine what the real-node suite, the longest, waits
+	@# for comes first: the node's Kubernetes binaries build right after the
+	@# control plane, the other Ginkgo suites wait for them (hack/test.sh),
+	@# and the check of generated files, vet and the pinned promtool and
+	@# bundle writer, which it does not need, run at a lower priority beside
+	@# the suites; what they find is printed at the end.
+	node_out="$$(mktemp)"; csi_out="$$(mktemp)"; vet_out="$$(mktemp)"; verify_out="$$(mktemp)"; trap 'rm -f "$$node_out" "$$csi_out" "$$vet_out" "$$verify_out"' EXIT; \
 	  { hack/envtest-assets.sh control-plane && hack/envtest-assets.sh; } > /dev/null 2> "$$node_out" & node=$$!; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
 	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \
@@ -89,9 +89,10 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  nice -n 10 go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
 	  nice -n 10 go -C hack/tools/bundle build -o /dev/null . & bundle=$$!; \
 	  nice -n 10 $(MAKE) --no-print-directory vet > "$$vet_out" 2>&1 & vet=$$!; \
-	  $(MAKE) --no-print-directory verify; \
+	  nice -n 10 $(MAKE) --no-print-directory verify > "$$verify_out" 2>&1 & verify=$$!; \
 	  assets="$$(hack/envtest-assets.sh control-plane)"; wait $$packages; \
 	  status=0; KUBEBUILDER_ASSETS="$$assets" LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh || status=$$?; \
+	  wait $$verify || { echo "=== make verify failed:"; cat "$$verify_out"; status=1; }; \
 	  wait $$vet || { echo "=== go vet failed:"; cat "$$vet_out"; status=1; }; \
 	  wait $$node || { echo "=== building the Kubernetes binaries failed:"; cat "$$node_out"; status=1; }; \
 	  wait $$csi || { echo "=== building the CSI snapshot controller or external-provisioner failed:"; cat "$$csi_out"; status=1; }; \
