@@ -86,10 +86,10 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  { hack/cached-binary.sh snapshot-controller && hack/cached-binary.sh csi-provisioner; } > /dev/null 2> "$$csi_out" & csi=$$!; \
 	  go -C hack/tools/image build -o /dev/null . & image=$$!; \
 	  hack/cluster-packages.sh & packages=$$!; \
-	  nice -n 10 go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
-	  nice -n 10 go -C hack/tools/bundle build -o /dev/null . & bundle=$$!; \
-	  nice -n 10 $(MAKE) --no-print-directory vet > "$$vet_out" 2>&1 & vet=$$!; \
-	  nice -n 10 $(MAKE) --no-print-directory verify > "$$verify_out" 2>&1 & verify=$$!; \
+	  nice -n 19 go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
+	  nice -n 19 go -C hack/tools/bundle build -o /dev/null . & bundle=$$!; \
+	  nice -n 19 $(MAKE) --no-print-directory vet > "$$vet_out" 2>&1 & vet=$$!; \
+	  nice -n 19 $(MAKE) --no-print-directory verify > "$$verify_out" 2>&1 & verify=$$!; \
 	  assets="$$(hack/envtest-assets.sh control-plane)"; wait $$packages; \
 	  status=0; KUBEBUILDER_ASSETS="$$assets" LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh || status=$$?; \
 	  wait $$verify || { echo "=== make verify failed:"; cat "$$verify_out"; status=1; }; \

@@ -70,9 +70,10 @@ mkdir -p "$ARTIFACTS"
 rm -f "$ARTIFACTS"/*_junit.xml
 flags=(--timeout="$TIMEOUT" --keep-going --keep-separate-reports --output-dir="$ARTIFACTS" --junit-report=junit.xml)
 # The plain packages' timeout guards against a hang, not a slow machine:
-# test/release builds every platform's binaries and the image, which took
-# 20 minutes on two cores with other builds beside it.
-gotest=(go test -count=1 -timeout 45m)
+# test/release builds every platform's binaries and the image (and, on a new
+# machine, cosign, opm and cyclonedx-gomod), which took 20 minutes on two
+# cores with other builds beside it, at the lowest CPU priority (below).
+gotest=(go test -count=1 -timeout 60m)
 if [[ "$RACE" == 1 ]]; then
   # go-plugin itself is built without race instrumentation: the race runtime
   # reports a race between its Client.Client and the goroutine its Start
@@ -120,9 +121,10 @@ if ((${#parallel[@]})); then
   fi
 fi
 # The plain packages compile the most (test/release builds every platform's
-# binaries) and nothing waits for them: on a new machine they yield the CPU
-# to what the real-node suite waits for (make test builds it beside).
-((${#plain[@]})) && lane plain nice -n 10 "${gotest[@]}" "${plain[@]}"
+# binaries) and nothing waits for them: they run at the lowest CPU priority,
+# so that on a new machine they take only the CPU that what the real-node
+# suite waits for leaves (make test builds it beside).
+((${#plain[@]})) && lane plain nice -n 19 "${gotest[@]}" "${plain[@]}"
 
 codes=()
 for i in "${!pids[@]}"; do
