@@ -37,10 +37,11 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 // imports it under the name containerd was given.
 func (c *Cluster) importSandbox(ctx context.Context) error {
 	dir := c.path("images")
-	bin, err := BuildStatic(ctx, dir, "./test/localcluster/pause")
+	bins, err := BuildStatic(ctx, dir, "./test/localcluster/pause")
 	if err != nil {
 		return err
 	}
+	bin := bins[0]
 	tarball := filepath.Join(dir, "pause.tar")
 	img := Image{Ref: SandboxImage, Files: map[string]string{"/pause": bin}, Entrypoint: []string{"/pause"}, User: "65535:65535"}
 	if err := img.Write(tarball); err != nil {

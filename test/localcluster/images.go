@@ -164,19 +164,28 @@ func (img Image) layer() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// BuildStatic builds a Go main package of this repository as a static
-// binary into dir and returns its path.
-func BuildStatic(ctx context.Context, dir, pkg string) (string, error) {
+// BuildStatic builds Go main packages of this repository as static
+// binaries into dir, in one go build (which compiles what they share once
+// and links them side by side), and returns their paths, in the order of
+// pkgs: each is named after its package's directory.
+func BuildStatic(ctx context.Context, dir string, pkgs ...string) ([]string, error) {
 	root, err := envtest.RepoRoot()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	out := filepath.Join(dir, path.Base(pkg))
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	args := append([]string{"build", "-trimpath", "-ldflags=-s -w", "-o", dir + string(filepath.Separator)}, pkgs...)
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building %s: %w: %s", pkg, err, b)
+		return nil, fmt.Errorf("building %s: %w: %s", strings.Join(pkgs, " "), err, b)
+	}
+	out := make([]string, len(pkgs))
+	for i, pkg := range pkgs {
+		out[i] = filepath.Join(dir, path.Base(pkg))
 	}
 	return out, nil
 }

@@ -33,10 +33,11 @@ import (
 // own (a Ctrl-C to the terminal does not reach it), to put the machine back
 // if this process dies without stopping the cluster.
 func (c *Cluster) startWatchdog(ctx context.Context) error {
-	bin, err := BuildStatic(ctx, c.path("bin"), "./test/localcluster/watchdog")
+	bins, err := BuildStatic(ctx, c.path("bin"), "./test/localcluster/watchdog")
 	if err != nil {
 		return err
 	}
+	bin := bins[0]
 	cmd := exec.Command(bin, "-owner", fmt.Sprint(os.Getpid()), "-dir", c.Dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

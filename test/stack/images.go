@@ -96,31 +96,35 @@ func FindTools(ctx context.Context, root string) (Binaries, error) {
 	return b, nil
 }
 
-// FindBinariesAndBuildImages is FindBinaries and BuildImages at once: on a
+// FindBinariesAndBuildImages builds (once per machine) and locates the
+// binaries, and builds every image the stack runs, as tarballs in dir. On a
 // new machine the node's Kubernetes binaries take longest to build (make
-// test builds them beside the other suites), and the images, which need
-// none of them, are built meanwhile.
+// test builds them beside the other suites): this repository's programs,
+// which the images hold beside the other projects' binaries, are built
+// meanwhile, and the images written once both are there.
 func FindBinariesAndBuildImages(ctx context.Context, root, dir, itemopsTag string) (Binaries, []string, error) {
-	g, ctx := errgroup.WithContext(ctx)
+	g, gctx := errgroup.WithContext(ctx)
 	var kubeDir string
 	g.Go(func() (err error) {
-		kubeDir, err = hackOutput(ctx, root, "envtest-assets.sh")
+		kubeDir, err = hackOutput(gctx, root, "envtest-assets.sh")
 		return err
 	})
 	var b Binaries
-	var tarballs []string
 	g.Go(func() (err error) {
-		if b, err = FindTools(ctx, root); err != nil {
-			return err
-		}
-		tarballs, err = BuildImages(ctx, root, dir, b, itemopsTag)
+		b, err = FindTools(gctx, root)
+		return err
+	})
+	var o ownPrograms
+	g.Go(func() (err error) {
+		o, err = buildOwn(gctx, root, dir, itemopsTag)
 		return err
 	})
 	if err := g.Wait(); err != nil {
 		return b, nil, err
 	}
 	b.KubeDir = kubeDir
-	return b, tarballs, nil
+	more, err := writeImages(dir, images(b, o))
+	return b, append([]string{o.itemopsTarball}, more...), err
 }
 
 // hackOutput runs a script of hack/ and returns what it printed.
@@ -134,51 +138,48 @@ func hackOutput(ctx context.Context, root, script string, args ...string) (strin
 	return strings.TrimSpace(string(out)), nil
 }
 
-// BuildImages builds every image the stack runs, as tarballs in dir, and
-// returns them. The itemops image is `make image`'s (hack/image.sh), for
-// this machine's platform, named ItemopsRepository:itemopsTag; the others
-// are laid out as their projects' own images are: Velero's binary at
-// /velero, the AWS plugin at /plugins with its copier as entrypoint,
-// versitygw at /app/versitygw.
-func BuildImages(ctx context.Context, root, dir string, bins Binaries, itemopsTag string) ([]string, error) {
-	binDir := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(binDir, 0o755); err != nil {
-		return nil, err
-	}
+// ownPrograms are this repository's programs that the images hold, built.
+type ownPrograms struct {
+	// itemopsTarball is the itemops image itself.
+	itemopsTarball                                       string
+	samplePlugins, copier, driver, volumeFiles, throttle string
+}
+
+// buildOwn builds this repository's programs that the images hold into
+// dir: the itemops image, `make image`'s (hack/image.sh), for this
+// machine's platform, named ItemopsRepository:itemopsTag; then the sample
+// plugins, the plugin copier, the CSI driver, the volume writer and the
+// throttling proxy in one go build, which compiles what they share once
+// and links them side by side.
+func buildOwn(ctx context.Context, root, dir, itemopsTag string) (ownPrograms, error) {
 	itemops := exec.CommandContext(ctx, filepath.Join(root, "hack", "image.sh"))
 	itemops.Dir = root
 	itemops.Env = append(os.Environ(), "OUT="+filepath.Join(dir, "itemops"), "PLATFORMS=linux/amd64",
 		"TARBALL_PLATFORM=linux/amd64", "IMG="+ItemopsRepository+":"+itemopsTag, "VERSION="+itemopsTag)
 	if out, err := itemops.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("make image (hack/image.sh): %w: %s", err, out)
+		return ownPrograms{}, fmt.Errorf("make image (hack/image.sh): %w: %s", err, out)
 	}
-	tarballs := []string{filepath.Join(dir, "itemops", "itemops.tar")}
-
+	binDir := filepath.Join(dir, "bin")
+	bins, err := localcluster.BuildStatic(ctx, binDir,
+		"./test/plugins/sample", "./cmd/cp-plugin", "./test/csidriver/csidriver", "./test/volumefiles", "./test/throttle")
+	if err != nil {
+		return ownPrograms{}, err
+	}
+	// The name Velero finds the sample plugins by in its plugin directory.
 	sample := filepath.Join(binDir, SamplePluginsBinary)
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", sample, "./test/plugins/sample")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building the sample plugins: %w: %s", err, out)
+	if err := os.Rename(bins[0], sample); err != nil {
+		return ownPrograms{}, err
 	}
-	copier, err := localcluster.BuildStatic(ctx, binDir, "./cmd/cp-plugin")
-	if err != nil {
-		return nil, err
-	}
-	driver, err := localcluster.BuildStatic(ctx, binDir, "./test/csidriver/csidriver")
-	if err != nil {
-		return nil, err
-	}
-	volumeFiles, err := localcluster.BuildStatic(ctx, binDir, "./test/volumefiles")
-	if err != nil {
-		return nil, err
-	}
-	throttle, err := localcluster.BuildStatic(ctx, binDir, "./test/throttle")
-	if err != nil {
-		return nil, err
-	}
+	return ownPrograms{itemopsTarball: filepath.Join(dir, "itemops", "itemops.tar"), samplePlugins: sample,
+		copier: bins[1], driver: bins[2], volumeFiles: bins[3], throttle: bins[4]}, nil
+}
+
+// images are the images the stack runs but itemops' own, laid out as their
+// projects' own images are: Velero's binary at /velero, the AWS plugin at
+// /plugins with its copier as entrypoint, versitygw at /app/versitygw.
+func images(bins Binaries, o ownPrograms) []localcluster.Image {
 	const nonroot = "65532:65532"
-	images := []localcluster.Image{
+	return []localcluster.Image{
 		// Velero's own image runs as its user, whose home (where
 		// kopia keeps a repository's configuration) is its own.
 		{Ref: VeleroImage, Files: map[string]string{"/velero": bins.Velero}, Dirs: []string{"/tmp"}, Home: "/home/cnb",
@@ -187,22 +188,20 @@ func BuildImages(ctx context.Context, root, dir string, bins Binaries, itemopsTa
 			User: nonroot, Entrypoint: []string{"cp-plugin", "/plugins/velero-plugin-for-aws", "/target/velero-plugin-for-aws"}},
 		{Ref: VersitygwImage, Files: map[string]string{"/app/versitygw": bins.Versitygw}, Dirs: []string{"/tmp"},
 			User: nonroot, Entrypoint: []string{"/app/versitygw"}},
-		{Ref: SamplePluginsImage, Files: map[string]string{"/plugins/" + SamplePluginsBinary: sample, "/bin/cp-plugin": copier},
+		{Ref: SamplePluginsImage, Files: map[string]string{"/plugins/" + SamplePluginsBinary: o.samplePlugins, "/bin/cp-plugin": o.copier},
 			User: nonroot, Entrypoint: []string{"/bin/cp-plugin", "/plugins/" + SamplePluginsBinary, "/target/" + SamplePluginsBinary}},
 		// The driver mounts: it runs as root, privileged, as CSI node
 		// plugins do.
-		{Ref: CSIDriverImage, Files: map[string]string{"/csidriver": driver}, Entrypoint: []string{"/csidriver"}},
+		{Ref: CSIDriverImage, Files: map[string]string{"/csidriver": o.driver}, Entrypoint: []string{"/csidriver"}},
 		{Ref: SnapshotControllerImage, Files: map[string]string{"/snapshot-controller": bins.SnapshotController},
 			User: nonroot, Entrypoint: []string{"/snapshot-controller"}},
 		{Ref: CSISnapshotterImage, Files: map[string]string{"/csi-snapshotter": bins.CSISnapshotter},
 			Entrypoint: []string{"/csi-snapshotter"}},
 		{Ref: CSIProvisionerImage, Files: map[string]string{"/csi-provisioner": bins.CSIProvisioner},
 			Entrypoint: []string{"/csi-provisioner"}},
-		{Ref: VolumeFilesImage, Files: map[string]string{"/volumefiles": volumeFiles}, User: nonroot, Entrypoint: []string{"/volumefiles"}},
-		{Ref: ThrottleImage, Files: map[string]string{"/throttle": throttle}, User: nonroot, Entrypoint: []string{"/throttle"}},
+		{Ref: VolumeFilesImage, Files: map[string]string{"/volumefiles": o.volumeFiles}, User: nonroot, Entrypoint: []string{"/volumefiles"}},
+		{Ref: ThrottleImage, Files: map[string]string{"/throttle": o.throttle}, User: nonroot, Entrypoint: []string{"/throttle"}},
 	}
-	more, err := writeImages(dir, images)
-	return append(tarballs, more...), err
 }
 
 // writeImages writes each image as a tarball in dir and returns them.
