@@ -20,10 +20,10 @@
 # cluster coming up; the suites that start the real velero server (label
 # velero), one after the other and one spec at a time, taking turns on it;
 # the other Ginkgo suites, two processes each; and the plain packages (at a
-# lower priority). When the cluster suite runs too, the velero suites and
-# the other Ginkgo suites first wait for the node's Kubernetes binaries,
-# which the cluster suite waits for, so that on a new machine that build has
-# the CPU first.
+# lowest priority). When the cluster suite runs too, the velero suites and
+# the other Ginkgo suites first wait for what the cluster suite waits for
+# (the node's Kubernetes binaries and the other projects' programs it runs),
+# so that on a new machine those builds have the CPU first.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -100,11 +100,14 @@ lane() { # name command...
   pids+=($!)
   names+=("$name")
 }
+# What the cluster suite waits for: the node's Kubernetes binaries and the
+# other projects' programs it runs (hack/cached-binaries.sh). Built once per
+# machine: then this returns at once. A failed build is the cluster suite's
+# to report; the suites that wait for it run all the same.
+cluster_parts='hack/envtest-assets.sh > /dev/null 2>&1; hack/cached-binaries.sh > /dev/null 2>&1; exec "$@"'
 if ((${#velero[@]})); then
   if ((${#cluster[@]})); then
-    # Built once per machine: then this returns at once. A failed build is
-    # the cluster suite's to report; these suites run all the same.
-    lane velero bash -c 'hack/envtest-assets.sh > /dev/null 2>&1; exec "$@"' velero "${ginkgo[@]}" "${flags[@]}" "${velero[@]}"
+    lane velero bash -c "$cluster_parts" velero "${ginkgo[@]}" "${flags[@]}" "${velero[@]}"
   else
     lane velero "${ginkgo[@]}" "${flags[@]}" "${velero[@]}"
   fi
@@ -112,10 +115,11 @@ fi
 ((${#serial[@]} + ${#cluster[@]})) && lane serial "${ginkgo[@]}" "${flags[@]}" "${serial[@]}" "${cluster[@]}"
 if ((${#parallel[@]})); then
   if ((${#cluster[@]})); then
-    # As the velero suites: on a new machine the node's binaries, which the
-    # longest suite waits for, build first (they took 7 minutes after the
-    # control plane with these suites beside them).
-    lane parallel bash -c 'hack/envtest-assets.sh > /dev/null 2>&1; exec "$@"' parallel "${ginkgo[@]}" "${flags[@]}" --procs=2 "${parallel[@]}"
+    # As the velero suites: on a new machine what the longest suite waits
+    # for builds first (the node's binaries took 7 minutes after the control
+    # plane with these suites beside them; the other projects' programs,
+    # built one after another, may end after the node's binaries).
+    lane parallel bash -c "$cluster_parts" parallel "${ginkgo[@]}" "${flags[@]}" --procs=2 "${parallel[@]}"
   else
     lane parallel "${ginkgo[@]}" "${flags[@]}" --procs=2 "${parallel[@]}"
   fi
