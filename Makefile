@@ -73,15 +73,19 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	@# plane is built; each waits, through the scripts' locks, for what else
 	@# it runs. On a new machine what the real-node suite, the longest, waits
 	@# for comes first: the node's Kubernetes binaries build right after the
-	@# control plane, beside the other projects' programs one after another
-	@# (hack/cached-binaries.sh: each finds in Go's build cache what the ones
-	@# before it compiled); the other Ginkgo suites wait for them
-	@# (hack/test.sh); and the check of generated files, vet and the pinned
+	@# control plane, beside the other projects' programs (side by side: one
+	@# after another, the control plane came sooner and those programs later,
+	@# and test/cluster's lane outlived its TIMEOUT); the other Ginkgo suites
+	@# wait for them (hack/test.sh); and the check of generated files, vet and the pinned
 	@# promtool and bundle writer, which it does not need, run at the lowest
 	@# priority beside the suites; what they find is printed at the end.
-	node_out="$$(mktemp)"; vet_out="$$(mktemp)"; verify_out="$$(mktemp)"; trap 'rm -f "$$node_out" "$$vet_out" "$$verify_out"' EXIT; \
+	node_out="$$(mktemp)"; csi_out="$$(mktemp)"; vet_out="$$(mktemp)"; verify_out="$$(mktemp)"; trap 'rm -f "$$node_out" "$$csi_out" "$$vet_out" "$$verify_out"' EXIT; \
 	  { hack/envtest-assets.sh control-plane && hack/envtest-assets.sh; } > /dev/null 2> "$$node_out" & node=$$!; \
-	  hack/cached-binaries.sh & tools=$$!; \
+	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
+	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \
+	  hack/cached-binary.sh versitygw > /dev/null & s3=$$!; \
+	  hack/cached-binary.sh helm > /dev/null & helm=$$!; \
+	  { hack/cached-binary.sh snapshot-controller && hack/cached-binary.sh csi-provisioner; } > /dev/null 2> "$$csi_out" & csi=$$!; \
 	  go -C hack/tools/image build -o /dev/null . & image=$$!; \
 	  hack/cluster-packages.sh & packages=$$!; \
 	  nice -n 19 go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
@@ -93,7 +97,8 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  wait $$verify || { echo "=== make verify failed:"; cat "$$verify_out"; status=1; }; \
 	  wait $$vet || { echo "=== go vet failed:"; cat "$$vet_out"; status=1; }; \
 	  wait $$node || { echo "=== building the Kubernetes binaries failed:"; cat "$$node_out"; status=1; }; \
-	  for job in tools image promtool bundle; do wait "$${!job}" || { echo "=== building $$job failed (above; the suites that run it say why)"; status=1; }; done; \
+	  wait $$csi || { echo "=== building the CSI snapshot controller or external-provisioner failed:"; cat "$$csi_out"; status=1; }; \
+	  for job in aws velero s3 helm image promtool bundle; do wait "$${!job}" || { echo "=== building $$job failed (the suites that run it say why)"; status=1; }; done; \
 	  exit $$status
 
 .PHONY: test-e2e

@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
-# Builds, one after another, the programs of other projects that make test's
-# suites run (hack/cached-binary.sh, once per machine): versitygw first, which
-# the chaos suite runs as soon as envtest's control plane is built (and it
-# runs before test/cluster, in its lane), then the AWS plugin and velero,
-# which share most of their modules (Kubernetes' v0.33, the AWS SDK, gRPC),
-# then the CSI snapshot controller and its sidecar, the external-provisioner
-# and helm. One at a time, each build finds in Go's build cache what the ones
-# before it compiled (Go's standard library, the modules of the same
-# versions); side by side, on a new machine, each compiled all of it again,
-# at the same moment, on the same two cores. Each go build still uses every
-# core, and a suite that needs a program not built yet builds it beside.
+# Builds, or waits for (through hack/cached-binary.sh's locks, when make test
+# builds them beside), the programs of other projects that test/cluster runs:
+# versitygw, the AWS plugin, velero, the CSI snapshot controller and its
+# sidecar, the external-provisioner and helm. hack/test.sh's velero and other
+# Ginkgo lanes run it before their suites, so that on a new machine those
+# builds, which the longest suite waits for, have the CPU first. A program
+# not built yet is built here, one after another, the AWS plugin right
+# before velero (they share most of their modules: one finds in Go's build
+# cache what the other compiled).
 #
 # It goes on past a failure, and exits 1 naming what failed (above it, the
 # build's own output); each suite that runs a program says so too. What is
