@@ -76,9 +76,11 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	@# control plane, beside the other projects' programs (side by side: one
 	@# after another, the control plane came sooner and those programs later,
 	@# and test/cluster's lane outlived its TIMEOUT); the other Ginkgo suites
-	@# wait for them (hack/test.sh); and the check of generated files, vet and the pinned
-	@# promtool and bundle writer, which it does not need, run at the lowest
-	@# priority beside the suites; what they find is printed at the end.
+	@# wait for them (hack/test.sh); and the check of generated files, vet, the pinned
+	@# promtool and bundle writer and the programs only test/release runs
+	@# (cosign, opm, cyclonedx-gomod), which it does not need, run at the
+	@# lowest priority beside the suites, taking the CPU they leave from the
+	@# start; what they find is printed at the end.
 	node_out="$$(mktemp)"; csi_out="$$(mktemp)"; vet_out="$$(mktemp)"; verify_out="$$(mktemp)"; trap 'rm -f "$$node_out" "$$csi_out" "$$vet_out" "$$verify_out"' EXIT; \
 	  { hack/envtest-assets.sh control-plane && hack/envtest-assets.sh; } > /dev/null 2> "$$node_out" & node=$$!; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
@@ -90,6 +92,9 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  hack/cluster-packages.sh & packages=$$!; \
 	  nice -n 19 go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
 	  nice -n 19 go -C hack/tools/bundle build -o /dev/null . & bundle=$$!; \
+	  release=0; if [ -z '$(LABELS)$(FOCUS)' ]; then \
+	    { nice -n 19 hack/cached-binary.sh cosign && nice -n 19 hack/cached-binary.sh opm && nice -n 19 hack/cached-binary.sh cyclonedx-gomod; } > /dev/null 2>&1 & release=$$!; \
+	  fi; \
 	  nice -n 19 $(MAKE) --no-print-directory vet > "$$vet_out" 2>&1 & vet=$$!; \
 	  nice -n 19 $(MAKE) --no-print-directory verify > "$$verify_out" 2>&1 & verify=$$!; \
 	  assets="$$(hack/envtest-assets.sh control-plane)"; wait $$packages; \
@@ -99,6 +104,7 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  wait $$node || { echo "=== building the Kubernetes binaries failed:"; cat "$$node_out"; status=1; }; \
 	  wait $$csi || { echo "=== building the CSI snapshot controller or external-provisioner failed:"; cat "$$csi_out"; status=1; }; \
 	  for job in aws velero s3 helm image promtool bundle; do wait "$${!job}" || { echo "=== building $$job failed (the suites that run it say why)"; status=1; }; done; \
+	  [ "$$release" = 0 ] || wait $$release || { echo "=== building cosign, opm or cyclonedx-gomod failed (test/release says why)"; status=1; }; \
 	  exit $$status
 
 .PHONY: test-e2e

@@ -259,9 +259,12 @@ echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
   done
   echo "package tools; import _ \"${pkg}\"" > tools.go
   go mod tidy
-  go build -trimpath -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "${work}/${name}" "${pkg}"
+  # No debug information: the linker drops it (-s -w), so the compiler does
+  # not write it either (-dwarf=false), which saves about a tenth of the CPU
+  # of a new machine's builds.
+  go build -trimpath -gcflags=all=-dwarf=false -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "${work}/${name}" "${pkg}"
   for e in "${extra[@]}"; do
-    go build -trimpath -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "${work}/$(basename "${e}")" "${e}"
+    go build -trimpath -gcflags=all=-dwarf=false -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "${work}/$(basename "${e}")" "${e}"
   done
 ) >&2
 mkdir -p "$(dirname "${dest}")"

@@ -140,8 +140,11 @@ build_kubernetes() {
     } > tools.go
     go mod tidy
     local pkg=k8s.io/component-base/version
-    # Static, as Kubernetes' own release builds them (CGO_ENABLED=0).
-    CGO_ENABLED=0 go build -trimpath -o "${stage}/" -ldflags "-s -w \
+    # Static, as Kubernetes' own release builds them (CGO_ENABLED=0). The
+    # linker drops the debug information (-s -w), so the compiler does not
+    # write it either (-dwarf=false): a new machine's build then takes about
+    # a tenth less CPU.
+    CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -o "${stage}/" -ldflags "-s -w \
       -X ${pkg}.gitVersion=v${KUBE_VERSION} \
       -X ${pkg}.gitMajor=${KUBE_VERSION%%.*} \
       -X ${pkg}.gitMinor=${minor%%.*} \
@@ -167,7 +170,7 @@ require (
 MOD
     echo 'package tools; import _ "go.etcd.io/etcd/server/v3"' > tools.go
     go mod tidy
-    go build -trimpath -o "${stage}/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3
+    go build -trimpath -gcflags=all=-dwarf=false -o "${stage}/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3
   )
 }
 

@@ -19,8 +19,8 @@
 # machine's timing to itself, and once saw a Cancel come too late beside the
 # cluster coming up; the suites that start the real velero server (label
 # velero), one after the other and one spec at a time, taking turns on it;
-# the other Ginkgo suites, two processes each; and the plain packages (at a
-# lowest priority). When the cluster suite runs too, the velero suites and
+# the other Ginkgo suites, two processes each; and the plain packages (at
+# the lowest priority). When the cluster suite runs too, the velero suites and
 # the other Ginkgo suites first wait for what the cluster suite waits for
 # (the node's Kubernetes binaries and the other projects' programs it runs),
 # so that on a new machine those builds have the CPU first.
@@ -118,7 +118,7 @@ if ((${#parallel[@]})); then
     # As the velero suites: on a new machine what the longest suite waits
     # for builds first (the node's binaries took 7 minutes after the control
     # plane with these suites beside them; the other projects' programs,
-    # built one after another, may end after the node's binaries).
+    # built side by side with them, may end after the node's binaries).
     lane parallel bash -c "$cluster_parts" parallel "${ginkgo[@]}" "${flags[@]}" --procs=2 "${parallel[@]}"
   else
     lane parallel "${ginkgo[@]}" "${flags[@]}" --procs=2 "${parallel[@]}"
