@@ -224,6 +224,7 @@ if [[ -n "${nosumdb}" ]]; then
 fi
 
 echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
+"$(dirname "${BASH_SOURCE[0]}")/go-std.sh" >&2
 (
   cd "${work}"
   go mod init "build/${name}" >/dev/null 2>&1

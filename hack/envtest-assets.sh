@@ -170,7 +170,8 @@ require (
 MOD
     echo 'package tools; import _ "go.etcd.io/etcd/server/v3"' > tools.go
     go mod tidy
-    go build -trimpath -gcflags=all=-dwarf=false -o "${stage}/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3
+    # Static, as etcd's own release builds it.
+    CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -o "${stage}/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3
   )
 }
 
@@ -180,6 +181,7 @@ for b in "${kube_commands[@]}"; do
 done
 echo "building the Kubernetes binaries (${missing[*]} v${KUBE_VERSION}, etcd v${ETCD_VERSION}) into ${dest}; this runs once per machine" >&2
 start=$(date +%s)
+"$(dirname "${BASH_SOURCE[0]}")/go-std.sh" >&2
 ((${#missing[@]} == 0)) || build_kubernetes >&2
 [[ -x "${dest}/etcd" ]] || build_etcd >&2
 mkdir -p "${dest}"
