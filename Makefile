@@ -93,7 +93,7 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  nice -n 19 go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
 	  nice -n 19 go -C hack/tools/bundle build -o /dev/null . & bundle=$$!; \
 	  release=0; if [ -z '$(LABELS)$(FOCUS)' ]; then \
-	    { nice -n 19 hack/cached-binary.sh cosign && nice -n 19 hack/cached-binary.sh opm && nice -n 19 hack/cached-binary.sh cyclonedx-gomod; } > /dev/null 2>&1 & release=$$!; \
+	    { hack/go-std.sh && nice -n 19 hack/cached-binary.sh cosign && nice -n 19 hack/cached-binary.sh opm && nice -n 19 hack/cached-binary.sh cyclonedx-gomod; } > /dev/null 2>&1 & release=$$!; \
 	  fi; \
 	  nice -n 19 $(MAKE) --no-print-directory vet > "$$vet_out" 2>&1 & vet=$$!; \
 	  nice -n 19 $(MAKE) --no-print-directory verify > "$$verify_out" 2>&1 & verify=$$!; \

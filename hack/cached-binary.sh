@@ -224,7 +224,7 @@ if [[ -n "${nosumdb}" ]]; then
 fi
 
 echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
-"$(dirname "${BASH_SOURCE[0]}")/go-std.sh" >&2
+go_std="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/go-std.sh"
 (
   cd "${work}"
   go mod init "build/${name}" >/dev/null 2>&1
@@ -260,6 +260,7 @@ echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
   done
   echo "package tools; import _ \"${pkg}\"" > tools.go
   go mod tidy
+  "${go_std}"
   # No debug information: the linker drops it (-s -w), so the compiler does
   # not write it either (-dwarf=false), which saves about a tenth of the CPU
   # of a new machine's builds.

@@ -69,6 +69,9 @@ trap 'rm -rf "${work}"' EXIT
 stage="${work}/bin"
 mkdir -p "${stage}"
 
+# Go's standard library, compiled once for the builds side by side.
+go_std="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/go-std.sh"
+
 # Pinned module graph only; never consult or edit a parent go.work.
 export GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
 
@@ -139,6 +142,7 @@ build_kubernetes() {
       done
     } > tools.go
     go mod tidy
+    "${go_std}"
     local pkg=k8s.io/component-base/version
     # Static, as Kubernetes' own release builds them (CGO_ENABLED=0). The
     # linker drops the debug information (-s -w), so the compiler does not
@@ -170,6 +174,7 @@ require (
 MOD
     echo 'package tools; import _ "go.etcd.io/etcd/server/v3"' > tools.go
     go mod tidy
+    "${go_std}"
     # Static, as etcd's own release builds it.
     CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -o "${stage}/etcd" -ldflags "-s -w" go.etcd.io/etcd/server/v3
   )
@@ -181,7 +186,6 @@ for b in "${kube_commands[@]}"; do
 done
 echo "building the Kubernetes binaries (${missing[*]} v${KUBE_VERSION}, etcd v${ETCD_VERSION}) into ${dest}; this runs once per machine" >&2
 start=$(date +%s)
-"$(dirname "${BASH_SOURCE[0]}")/go-std.sh" >&2
 ((${#missing[@]} == 0)) || build_kubernetes >&2
 [[ -x "${dest}/etcd" ]] || build_etcd >&2
 mkdir -p "${dest}"
