@@ -17,6 +17,7 @@ limitations under the License.
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -24,6 +25,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -113,8 +115,11 @@ func causeShown(ctx context.Context, kind, parent, item, reason, evidence string
 }
 
 // waitEnds waits until the operations that waited no longer wait and
-// completed, each with one Waiting Event per cause it had (not one per
-// poll), and the parent ended as want.
+// completed, and the parent ended as want; then checks that each
+// operation had a Waiting Event for each cause the spec made it wait for
+// (waited, by operation; a cause may be listed more than once), and for no
+// other but a passing one once, one Event each time a cause began (not
+// one per poll).
 func waitEnds(ctx context.Context, kind, parent string, want string, waited map[string][]string) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) map[string]string {
@@ -132,22 +137,32 @@ func waitEnds(ctx context.Context, kind, parent string, want string, waited map[
 		HaveEach(Equal(`Completed False waitingFor=""`))))
 	Eventually(func(g Gomega) string { return parentPhase(g, kind, parent) }).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(want))
 	for name, reasons := range waited {
-		// A cause listed n times may begin n times (it went and came back):
-		// one Event each time, at least one, never one per poll.
-		most := map[string]int{}
-		for _, r := range reasons {
-			most[r]++
+		history := waitingHistory(ctx, name)
+		began := map[string]int{}
+		current := ""
+		for _, h := range history {
+			cause, ended := strings.CutPrefix(h, string(controllers.EventWaitEnded)+" ")
+			if ended {
+				current = ""
+				continue
+			}
+			cause = strings.TrimPrefix(h, string(controllers.EventWaiting)+" ")
+			// One Event each time a cause began: after the wait ended or
+			// another cause held the operation, never one per poll. How
+			// often a cause begins is the cluster's: a transfer that
+			// starts slowly on a loaded machine stalls before the spec
+			// pauses its link, too.
+			Expect(cause).NotTo(Equal(current), "%s's Waiting Events, in order: %v: a second Event for %s with no change between, one per poll", name, history, cause)
+			current = cause
+			began[cause]++
 		}
-		events := waitingEvents(ctx, name)
 		for cause := range passing {
-			if most[cause] == 0 && events[cause] == 1 {
-				delete(events, cause)
+			if !slices.Contains(reasons, cause) && began[cause] == 1 {
+				delete(began, cause)
 			}
 		}
-		Expect(slices.Sorted(maps.Keys(events))).To(Equal(slices.Sorted(maps.Keys(most))), "a Waiting Event for each of %s's causes, and no other: %v", name, events)
-		for cause, n := range most {
-			Expect(events[cause]).To(BeNumerically("<=", n), "%s's Waiting Events for %s: one each time the cause began, not one per poll", name, cause)
-		}
+		Expect(slices.Sorted(maps.Keys(began))).To(Equal(slices.Compact(slices.Sorted(slices.Values(reasons)))),
+			"a Waiting Event for each of %s's causes, and no other: %v", name, history)
 	}
 }
 
@@ -171,18 +186,44 @@ func parentPhase(g Gomega, kind, name string) string {
 	return string(getBackup(g, name).Status.Phase)
 }
 
-// waitingEvents counts the Waiting Events of an ItemOperation by cause.
-func waitingEvents(ctx context.Context, operation string) map[string]int {
+// waitingHistory lists an ItemOperation's Waiting and WaitEnded Events in
+// the order they were recorded, each as its reason and cause ("Waiting
+// NoProgress", "WaitEnded NoProgress"); an Event recorded n times (the
+// same message again) is listed n times.
+func waitingHistory(ctx context.Context, operation string) []string {
 	GinkgoHelper()
 	events := &corev1.EventList{}
 	Expect(s.Client.List(ctx, events, client.InNamespace(s.Namespace))).To(Succeed())
-	out := map[string]int{}
+	var mine []corev1.Event
 	for _, e := range events.Items {
-		if e.InvolvedObject.Kind != "ItemOperation" || e.InvolvedObject.Name != operation || e.Reason != string(controllers.EventWaiting) {
-			continue
+		if e.InvolvedObject.Kind == "ItemOperation" && e.InvolvedObject.Name == operation &&
+			(e.Reason == string(controllers.EventWaiting) || e.Reason == string(controllers.EventWaitEnded)) {
+			mine = append(mine, e)
 		}
-		cause, _, _ := strings.Cut(e.Message, ":")
-		out[cause] += max(int(e.Count), 1)
+	}
+	// client-go's recorder names an Event after its object and the
+	// nanosecond it was first recorded, in hexadecimal: finer than its
+	// timestamps' seconds.
+	recorded := func(e corev1.Event) (time.Time, uint64) {
+		_, suffix, _ := strings.Cut(strings.TrimPrefix(e.Name, operation), ".")
+		nanos, _ := strconv.ParseUint(suffix, 16, 64)
+		return e.FirstTimestamp.Time, nanos
+	}
+	slices.SortStableFunc(mine, func(a, b corev1.Event) int {
+		at, an := recorded(a)
+		bt, bn := recorded(b)
+		if c := at.Compare(bt); c != 0 && (an == 0 || bn == 0) {
+			return c
+		}
+		return cmp.Compare(an, bn)
+	})
+	var out []string
+	for _, e := range mine {
+		cause := strings.TrimPrefix(e.Message, "no longer waits on ")
+		cause, _, _ = strings.Cut(cause, ":")
+		for range max(int(e.Count), 1) {
+			out = append(out, e.Reason+" "+cause)
+		}
 	}
 	return out
 }
