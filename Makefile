@@ -80,7 +80,9 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	@# promtool and bundle writer and the programs only test/release runs
 	@# (cosign, opm, cyclonedx-gomod), which it does not need, run at the
 	@# lowest priority beside the suites, taking the CPU they leave from the
-	@# start; what they find is printed at the end.
+	@# start; what they find is printed at the end. What those download
+	@# comes first, at the normal priority: at the lowest, on a loaded new
+	@# machine, the module proxy's TLS handshakes ran out of their 10 s.
 	node_out="$$(mktemp)"; csi_out="$$(mktemp)"; vet_out="$$(mktemp)"; verify_out="$$(mktemp)"; trap 'rm -f "$$node_out" "$$csi_out" "$$vet_out" "$$verify_out"' EXIT; \
 	  { hack/envtest-assets.sh control-plane && hack/envtest-assets.sh; } > /dev/null 2> "$$node_out" & node=$$!; \
 	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
@@ -90,13 +92,15 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  { hack/cached-binary.sh snapshot-controller && hack/cached-binary.sh csi-provisioner; } > /dev/null 2> "$$csi_out" & csi=$$!; \
 	  go -C hack/tools/image build -o /dev/null . & image=$$!; \
 	  hack/cluster-packages.sh & packages=$$!; \
-	  nice -n 19 go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names & promtool=$$!; \
-	  nice -n 19 go -C hack/tools/bundle build -o /dev/null . & bundle=$$!; \
+	  { go -C hack/tools/prometheus list -deps -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool ./promql-names > /dev/null && \
+	    nice -n 19 go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names; } & promtool=$$!; \
+	  { go -C hack/tools/bundle list -deps . > /dev/null && nice -n 19 go -C hack/tools/bundle build -o /dev/null .; } & bundle=$$!; \
 	  release=0; if [ -z '$(LABELS)$(FOCUS)' ]; then \
-	    { hack/go-std.sh && nice -n 19 hack/cached-binary.sh cosign && nice -n 19 hack/cached-binary.sh opm && nice -n 19 hack/cached-binary.sh cyclonedx-gomod; } > /dev/null 2>&1 & release=$$!; \
+	    { hack/go-std.sh && for b in cosign opm cyclonedx-gomod; do ITEMOPS_BUILD_NICE=19 hack/cached-binary.sh "$$b" || exit; done; } > /dev/null 2>&1 & release=$$!; \
 	  fi; \
-	  nice -n 19 $(MAKE) --no-print-directory vet > "$$vet_out" 2>&1 & vet=$$!; \
-	  nice -n 19 $(MAKE) --no-print-directory verify > "$$verify_out" 2>&1 & verify=$$!; \
+	  { go list -deps -test ./... > /dev/null && nice -n 19 $(MAKE) --no-print-directory vet; } > "$$vet_out" 2>&1 & vet=$$!; \
+	  { go mod download -modfile=hack/tools/go.mod && go mod download -modfile=hack/tools/proto/go.mod && \
+	    nice -n 19 $(MAKE) --no-print-directory verify; } > "$$verify_out" 2>&1 & verify=$$!; \
 	  assets="$$(hack/envtest-assets.sh control-plane)"; wait $$packages; \
 	  status=0; KUBEBUILDER_ASSETS="$$assets" LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh || status=$$?; \
 	  wait $$verify || { echo "=== make verify failed:"; cat "$$verify_out"; status=1; }; \

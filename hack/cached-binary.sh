@@ -31,6 +31,8 @@
 # ITEMOPS_COREDNS_BIN, when set
 # to an executable, win and nothing is built. With ITEMOPS_CACHED_ONLY=1 a
 # binary that is not built yet is not built either: the script exits 3.
+# ITEMOPS_BUILD_NICE compiles at that nice level (make test: 19, for what
+# test/cluster does not run); the modules download at the caller's.
 set -euo pipefail
 
 name="${1:?usage: $0 velero|versitygw|velero-plugin-for-aws|helm|cyclonedx-gomod|cosign|snapshot-controller|csi-provisioner|opm|olm|cp|grpc-health-probe|registry|crane|coredns}"
@@ -264,9 +266,9 @@ go_std="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/go-std.sh"
   # No debug information: the linker drops it (-s -w), so the compiler does
   # not write it either (-dwarf=false), which saves about a tenth of the CPU
   # of a new machine's builds.
-  go build -trimpath -gcflags=all=-dwarf=false -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "${work}/${name}" "${pkg}"
+  nice -n "${ITEMOPS_BUILD_NICE:-0}" go build -trimpath -gcflags=all=-dwarf=false -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "${work}/${name}" "${pkg}"
   for e in "${extra[@]}"; do
-    go build -trimpath -gcflags=all=-dwarf=false -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "${work}/$(basename "${e}")" "${e}"
+    nice -n "${ITEMOPS_BUILD_NICE:-0}" go build -trimpath -gcflags=all=-dwarf=false -tags "${tags}" -ldflags "-s -w ${ldflags}" -o "${work}/$(basename "${e}")" "${e}"
   done
 ) >&2
 mkdir -p "$(dirname "${dest}")"
