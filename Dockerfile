@@ -13,8 +13,8 @@ COPY controllers/ controllers/
 COPY internal/ internal/
 COPY pkg/ pkg/
 COPY cmd/ cmd/
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o itemops .
-RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -ldflags "-s -w" -o cp-plugin ./cmd/cp-plugin
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" -o itemops .
+RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" -o cp-plugin ./cmd/cp-plugin
 RUN mkdir plugins
 
 FROM gcr.io/distroless/static:nonroot

@@ -66,6 +66,18 @@ FOCUS     ?=
 ARTIFACTS ?= $(CURDIR)/_artifacts
 
 .PHONY: test
+# Everything make test compiles, the test binaries, go vet, the images'
+# programs and the Kubernetes binaries, is built with one set of flags:
+# static, without this machine's paths, without debug information, as the
+# Dockerfile and the other projects' builds (hack/cached-binary.sh) do.
+# Go's build cache keys each package by its flags, so with one set what they
+# share compiles once: itemops's modules are those the Kubernetes build uses
+# (hack/envtest-assets.sh). The race detector (RACE=1) needs cgo: then the
+# test binaries keep Go's defaults.
+ifneq ($(RACE),1)
+test: export CGO_ENABLED := 0
+test: export GOFLAGS := $(strip $(shell go env GOFLAGS) -trimpath -gcflags=all=-dwarf=false)
+endif
 test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suites included (LABELS=, FOCUS= run a subset; JUnit reports in _artifacts/).
 	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws, velero,
 	@# versitygw, helm, the CSI snapshot controller and external-provisioner)

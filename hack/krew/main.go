@@ -19,7 +19,8 @@ limitations under the License.
 // their checksums.
 //
 // The archives are reproducible: the binaries are built with -trimpath and
-// without VCS stamps, and the tar entries carry fixed times and owners, so
+// without VCS stamps (and without debug information, with the flags of the
+// manager image's binaries, so that the linux builds share their compiles), and the tar entries carry fixed times and owners, so
 // the same toolchain gives the same checksums.
 package main
 
@@ -112,7 +113,7 @@ func Build(opts Options) ([]Archive, error) {
 	var archives []Archive
 	for _, p := range opts.Platforms {
 		binary := filepath.Join(work, p.OS+"-"+p.Arch, "kubectl-itemops")
-		build := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=", "-o", binary, "./cmd/kubectl-itemops")
+		build := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-gcflags=all=-dwarf=false", "-ldflags=-s -w -buildid=", "-o", binary, "./cmd/kubectl-itemops")
 		build.Dir, build.Stdout, build.Stderr = opts.Root, os.Stderr, os.Stderr
 		build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Arch)
 		if err := build.Run(); err != nil {

@@ -31,11 +31,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
+	"golang.org/x/mod/modfile"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -176,18 +176,29 @@ func (e *Environment) Kubeconfig() ([]byte, error) {
 	return user.KubeConfig()
 }
 
-// RepoRoot is the root of the itemops checkout this package was compiled from.
+// RepoRoot is the root of the itemops checkout the tests run in: the
+// nearest directory above the working directory (a test's package
+// directory) whose go.mod is itemops's. make test builds with -trimpath, so
+// the compiled files' own paths cannot say where the checkout is.
 func RepoRoot() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", fmt.Errorf("cannot locate the itemops checkout")
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("cannot locate the itemops checkout: %w", err)
 	}
-	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return "", fmt.Errorf("no go.mod at %s: %w", root, err)
+	for start := dir; ; {
+		if mod, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modfile.ModulePath(mod) == itemopsModule {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod of %s in %s or above it", itemopsModule, start)
+		}
+		dir = parent
 	}
-	return root, nil
 }
+
+// itemopsModule is the module path in itemops's go.mod.
+const itemopsModule = "github.com/itemops/itemops"
 
 // Assets returns the directory holding kube-apiserver and etcd, building them
 // through hack/envtest-assets.sh when KUBEBUILDER_ASSETS is not set.

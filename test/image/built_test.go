@@ -95,7 +95,9 @@ func TestTheBuiltImage(t *testing.T) {
 	const name = "example.org/itemops:v0.0.0-test"
 	cmd := exec.Command(filepath.Join(root, "hack", "image.sh"))
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "OUT="+out, "IMG="+name, "VERSION=v0.0.0-test",
+	// With its own flags alone, as dockerfileBuild builds: not those of the
+	// environment (make test sets GOFLAGS).
+	cmd.Env = append(os.Environ(), "GOFLAGS=", "OUT="+out, "IMG="+name, "VERSION=v0.0.0-test",
 		"PLATFORMS="+platform, "TARBALL_PLATFORM="+platform)
 	output, err := cmd.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "hack/image.sh: %s", output)
@@ -177,7 +179,8 @@ func TestTheBuiltImage(t *testing.T) {
 	fromDockerfile := settings(dockerfileBuild(t, root))
 	g.Expect(settings(inImage)).To(Equal(fromDockerfile), "make image and the Dockerfile build the manager alike")
 	// Go records no -ldflags with -trimpath; expectStatic saw -s's effect.
-	g.Expect(fromDockerfile).To(And(HaveKeyWithValue("CGO_ENABLED", "0"), HaveKeyWithValue("-trimpath", "true")))
+	g.Expect(fromDockerfile).To(And(HaveKeyWithValue("CGO_ENABLED", "0"), HaveKeyWithValue("-trimpath", "true"),
+		HaveKeyWithValue("-gcflags", "all=-dwarf=false")))
 
 	var size int64
 	for _, l := range manifest.Layers {

@@ -73,7 +73,9 @@ func dockerfileBuild(t *testing.T, root string) string {
 	}
 	cmd := exec.Command("go", append(args, "-o", out, ".")...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), cgo, "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	// The Dockerfile's flags alone: not those of the environment (make test
+	// sets GOFLAGS).
+	cmd.Env = append(os.Environ(), cgo, "GOFLAGS=", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	output, err := cmd.CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", output)
 	return out

@@ -164,6 +164,14 @@ func (img Image) layer() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// StaticFlags are the flags every itemops program is built with: by the
+// Dockerfile, hack/image.sh, hack/krew and, in make test, every go command
+// (CGO_ENABLED=0 beside them): static, without this machine's paths, without
+// debug information (the linker's -s -w drops it; -dwarf=false does not
+// write it). One set of flags means that what the images' programs, the
+// test binaries and the Kubernetes binaries share compiles once.
+var StaticFlags = []string{"-trimpath", "-gcflags=all=-dwarf=false", "-ldflags=-s -w"}
+
 // BuildStatic builds Go main packages of this repository as static
 // binaries into dir, in one go build (which compiles what they share once
 // and links them side by side), and returns their paths, in the order of
@@ -176,7 +184,8 @@ func BuildStatic(ctx context.Context, dir string, pkgs ...string) ([]string, err
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	args := append([]string{"build", "-trimpath", "-ldflags=-s -w", "-o", dir + string(filepath.Separator)}, pkgs...)
+	args := append(append([]string{"build"}, StaticFlags...), "-o", dir+string(filepath.Separator))
+	args = append(args, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

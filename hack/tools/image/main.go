@@ -193,7 +193,7 @@ func image(dir string, platform *v1.Platform, base v1.Layer, when time.Time, lab
 		mutate.Addendum{Layer: base, History: v1.History{Created: v1.Time{Time: when},
 			CreatedBy: "the users root, nobody and nonroot, a CA bundle, /tmp, /home/nonroot, /plugins", Comment: "base"}},
 		mutate.Addendum{Layer: app, History: v1.History{Created: v1.Time{Time: when},
-			CreatedBy: "/itemops and /cp-plugin, built with CGO_ENABLED=0 go build -trimpath -ldflags \"-s -w\""}})
+			CreatedBy: "/itemops and /cp-plugin, built with CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags \"-s -w\""}})
 	if err != nil {
 		return nil, err
 	}
