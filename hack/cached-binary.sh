@@ -227,6 +227,7 @@ fi
 
 echo "building ${name} v${version} into ${dest}; this runs once per machine" >&2
 go_std="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/go-std.sh"
+go_align="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/go-align.sh"
 (
   cd "${work}"
   go mod init "build/${name}" >/dev/null 2>&1
@@ -262,6 +263,7 @@ go_std="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/go-std.sh"
   done
   echo "package tools; import _ \"${pkg}\"" > tools.go
   go mod tidy
+  "${go_align}"
   "${go_std}"
   # No debug information: the linker drops it (-s -w), so the compiler does
   # not write it either (-dwarf=false), which saves about a tenth of the CPU

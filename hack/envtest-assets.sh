@@ -75,19 +75,8 @@ go_std="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/go-std.sh"
 # Pinned module graph only; never consult or edit a parent go.work.
 export GOWORK=off GOFLAGS=-mod=mod GOTOOLCHAIN=local
 
-# For the Kubernetes release whose client libraries itemops's go.mod uses (the
-# default), the build also requires itemops's module versions: Go picks the
-# newer of the two for each module both use (golang.org/x/net, grpc, ...,
-# patch and minor releases ahead), so that the packages Kubernetes and
-# itemops share (client-go, apimachinery, the API types) are one package
-# each, and the test binaries and images' programs of make test, built with
-# the same flags, find them compiled in Go's build cache. Other releases
-# (hack/test-kube.sh) build with their own module graph.
-itemops_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-itemops_modules=()
-if [[ "$(GOFLAGS=-mod=readonly go -C "${itemops_root}" list -m -f '{{.Version}}' k8s.io/client-go 2>/dev/null)" == "v0.${KUBE_VERSION#*.}" ]]; then
-  mapfile -t itemops_modules < <(GOFLAGS=-mod=readonly go -C "${itemops_root}" list -m -f '{{if not .Main}}-require={{.Path}}@{{.Version}}{{end}}' all | sed '/^$/d')
-fi
+# Kubernetes' and itemops's shared packages compile once (hack/go-align.sh).
+go_align="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/go-align.sh"
 
 # staging_version prints the release of a staging module to build with: the
 # one of the same number as Kubernetes, or, when the module proxy does not
@@ -155,8 +144,8 @@ build_kubernetes() {
         echo "import _ \"k8s.io/kubernetes/cmd/${c}\""
       done
     } > tools.go
-    ((${#itemops_modules[@]} == 0)) || go mod edit "${itemops_modules[@]}"
     go mod tidy
+    "${go_align}"
     "${go_std}"
     local pkg=k8s.io/component-base/version
     # Static, as Kubernetes' own release builds them (CGO_ENABLED=0). The
@@ -188,7 +177,6 @@ require (
 )
 MOD
     echo 'package tools; import _ "go.etcd.io/etcd/server/v3"' > tools.go
-    ((${#itemops_modules[@]} == 0)) || go mod edit "${itemops_modules[@]}"
     go mod tidy
     "${go_std}"
     # Static, as etcd's own release builds it.
