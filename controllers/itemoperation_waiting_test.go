@@ -176,11 +176,13 @@ var _ = Describe("Why an operation waits", Label("envtest"), func() {
 			Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 			Message: "0/1 nodes are available: 1 node(s) had untolerated taint {itemops.io/hold: }."}}}
 		g.Expect(env.Client.Status().Update(ctx, pod)).To(Succeed())
-		g.Eventually(func(g Gomega) corev1.PodPhase {
+		// The status written, not the Pending the API server gives a new pod:
+		// a poll between the two saw a pod with no reason to wait.
+		g.Eventually(func(g Gomega) []corev1.PodCondition {
 			seen := &corev1.Pod{}
 			g.Expect(cached.Get(ctx, client.ObjectKeyFromObject(pod), seen)).To(Succeed())
-			return seen.Status.Phase
-		}, within).Should(Equal(corev1.PodPending))
+			return seen.Status.Conditions
+		}, within).Should(ContainElement(HaveField("Reason", corev1.PodReasonUnschedulable)))
 		pvc.Status.Phase = corev1.ClaimBound
 		g.Expect(env.Client.Status().Update(ctx, pvc)).To(Succeed())
 		g.Eventually(waiting(op), within, testSync).Should(Equal("True/PodUnschedulable, waitingFor=PodUnschedulable"))
