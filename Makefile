@@ -71,8 +71,8 @@ ARTIFACTS ?= $(CURDIR)/_artifacts
 # static, without this machine's paths, without debug information, as the
 # Dockerfile and the other projects' builds (hack/cached-binary.sh) do.
 # Go's build cache keys each package by its flags, so with one set what they
-# share compiles once: itemops's modules are those the Kubernetes build uses
-# (hack/envtest-assets.sh). The race detector (RACE=1) needs cgo: then the
+# share compiles once: the Kubernetes and helm builds use itemops's module
+# versions (hack/go-align.sh). The race detector (RACE=1) needs cgo: then the
 # test binaries keep Go's defaults.
 ifneq ($(RACE),1)
 test: export CGO_ENABLED := 0

@@ -19,9 +19,9 @@ limitations under the License.
 // their checksums.
 //
 // The archives are reproducible: the binaries are built with -trimpath and
-// without VCS stamps (and without debug information, with the flags of the
-// manager image's binaries, so that the linux builds share their compiles), and the tar entries carry fixed times and owners, so
-// the same toolchain gives the same checksums.
+// without VCS stamps (and without debug information: the manager image's
+// flags, so the linux builds share its compiles), and the tar entries carry
+// fixed times and owners, so the same toolchain gives the same checksums.
 package main
 
 import (

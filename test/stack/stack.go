@@ -126,12 +126,8 @@ func New(ctx context.Context, cluster *localcluster.Cluster, root, work string, 
 			return nil, err
 		}
 	}
-	args := append(append([]string{"build"}, localcluster.StaticFlags...), "-o", filepath.Join(s.Bin, "kubectl-itemops"), "./cmd/kubectl-itemops")
-	build := exec.CommandContext(ctx, "go", args...)
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building kubectl-itemops: %w: %s", err, out)
+	if _, err := localcluster.BuildStatic(ctx, s.Bin, "./cmd/kubectl-itemops"); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
