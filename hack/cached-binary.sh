@@ -114,7 +114,7 @@ case "${name}" in
     ldflags="-X sigs.k8s.io/release-utils/version.gitVersion=v${version}"
     ;;
   snapshot-controller)
-    version="${EXTERNAL_SNAPSHOTTER_VERSION:-8.4.0}"
+    version="${EXTERNAL_SNAPSHOTTER_VERSION:-8.7.0}"
     module="github.com/kubernetes-csi/external-snapshotter/v8"
     pkg="${module}/cmd/snapshot-controller"
     extra=("${module}/cmd/csi-snapshotter")

@@ -183,7 +183,7 @@ func (s *Stack) snapshotController() []client.Object {
 		rbacv1.PolicyRule{APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshotcontents"},
 			Verbs: []string{"create", "get", "list", "watch", "update", "delete", "patch"}},
 		rbacv1.PolicyRule{APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshotcontents/status"}, Verbs: []string{"patch"}},
-		rbacv1.PolicyRule{APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshots"}, Verbs: []string{"get", "list", "watch", "update", "patch", "delete"}},
+		rbacv1.PolicyRule{APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshots"}, Verbs: []string{"create", "get", "list", "watch", "update", "patch", "delete"}},
 		rbacv1.PolicyRule{APIGroups: []string{"snapshot.storage.k8s.io"}, Resources: []string{"volumesnapshots/status"}, Verbs: []string{"update", "patch"}},
 	)
 	return append(objs, &appsv1.Deployment{

@@ -41,8 +41,8 @@ const (
 	// snapshot controller, its csi-snapshotter sidecar and the
 	// external-provisioner sidecar, built here from their modules.
 	CSIDriverImage          = "itemops.io/csidriver:dev"
-	SnapshotControllerImage = "registry.k8s.io/sig-storage/snapshot-controller:v8.4.0"
-	CSISnapshotterImage     = "registry.k8s.io/sig-storage/csi-snapshotter:v8.4.0"
+	SnapshotControllerImage = "registry.k8s.io/sig-storage/snapshot-controller:v8.7.0"
+	CSISnapshotterImage     = "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0"
 	CSIProvisionerImage     = "registry.k8s.io/sig-storage/csi-provisioner:v5.3.0"
 	// VolumeFilesImage writes and sums a volume's files
 	// (test/volumefiles).
