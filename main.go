@@ -187,6 +187,10 @@ func main() {
 		log.Error(err, "setting up the ItemOperation writes")
 		os.Exit(1)
 	}
+	// velero server's state is read once per poll interval, for every
+	// operation that does not move.
+	server := &why.ServerWatch{Reader: mgr.GetAPIReader(), Namespace: opts.VeleroNamespace, Name: opts.VeleroDeployment,
+		Every: opts.SyncFrequency}
 	if err := (&controllers.ItemOperationReconciler{
 		Client:                  mgr.GetClient(),
 		Stores:                  stores,
@@ -194,10 +198,13 @@ func main() {
 		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
 		SnapshotLocations:       objectStorage,
-		Causes:                  &why.Gatherer{Reader: mgr.GetClient(), Direct: mgr.GetAPIReader()},
+		Causes:                  &why.Gatherer{Reader: mgr.GetClient(), Direct: mgr.GetAPIReader(), Server: server},
+		VeleroServer:            server,
+		NotMovingAfter:          opts.NotMovingAfter,
 		Recorder:                mgr.GetEventRecorderFor("itemops"),
 		Clock:                   clock.RealClock{},
 		VeleroTimesOut:          opts.Mode != options.ModeManage,
+		VeleroRecordsEnds:       opts.Mode != options.ModeManage,
 		SyncFrequency:           opts.SyncFrequency,
 		ProgressUpdateInterval:  opts.ProgressUpdateInterval,
 		StallAfter:              opts.StallAfter,
@@ -272,7 +279,7 @@ func main() {
 		builtinPlugins = ""
 	}
 	if err := mgr.Add(&controllers.VeleroVersionCheck{
-		Reader: mgr.GetAPIReader(), Recorder: recorder, Namespace: opts.VeleroNamespace,
+		Reader: mgr.GetAPIReader(), Recorder: recorder, Namespace: opts.VeleroNamespace, Deployment: opts.VeleroDeployment,
 		BuiltinPlugins: builtinPlugins, Binaries: plugins, Timeout: opts.PluginCallTimeout,
 	}); err != nil {
 		log.Error(err, "adding the Velero version check")

@@ -123,6 +123,17 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 	if live.ResourceVersion != op.ResourceVersion {
 		return errStale
 	}
+	if op.Status.Phase == itemopsv1alpha1.OperationPhaseCanceling {
+		// The plugin was asked already: the operation now ends for this
+		// reason, without a second request.
+		message := why + "; the plugin had been asked to cancel it"
+		ctrl.LoggerFrom(ctx).Info("ending a canceling operation", "reason", string(reason), "message", message)
+		emit(r.Recorder, op, corev1.EventTypeWarning, reason, message)
+		setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, string(reason), message, now)
+		op.Status.Error = why
+		r.finish(op, phase, now)
+		return nil
+	}
 	answer := "the plugin accepted the cancel request"
 	target, err := r.pluginOperation(ctx, op, parent)
 	if err == nil {
@@ -156,10 +167,58 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 		answer = "the plugin could not cancel it: " + err.Error()
 	}
 	message := why + "; " + answer
+	if phase == itemopsv1alpha1.OperationPhaseCanceling {
+		message += "; " + r.outcomeFrom()
+		ctrl.LoggerFrom(ctx).Info("asked the plugin to cancel the operation", "reason", string(reason), "message", message)
+		emit(r.Recorder, op, corev1.EventTypeWarning, reason, "Cancel: "+message)
+		setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, string(reason), message, now)
+		op.Status.Phase = phase
+		return nil
+	}
 	ctrl.LoggerFrom(ctx).Info("cancelled operation", "reason", string(reason), "message", message)
 	emit(r.Recorder, op, corev1.EventTypeWarning, reason, "Cancel: "+message)
 	setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, string(reason), message, now)
 	op.Status.Error = why
 	r.finish(op, phase, now)
 	return nil
+}
+
+// outcomeFrom says who records the end of an operation whose cancel was
+// requested.
+func (r *ItemOperationReconciler) outcomeFrom() string {
+	if r.VeleroRecordsEnds {
+		return "it ends as Velero records it"
+	}
+	return "it ends as the plugin's progress reports it"
+}
+
+// pluginReported begins the Progressing message of a Canceling operation
+// whose plugin reported its end before Velero recorded it.
+const pluginReported = "the plugin reports the operation "
+
+// end ends the operation in phase, as its plugin's Progress reported it
+// (reported) or as itemops judged it. An operation whose cancel was
+// requested is not ended by what itemops read where Velero records the
+// ends (observe mode): it stays Canceling, the plugin's answer in its
+// Progressing condition, until Velero's record comes. Elsewhere a failure
+// the plugin reports for it is its cancel's outcome: Canceled.
+func (r *ItemOperationReconciler) end(op *itemopsv1alpha1.ItemOperation, phase itemopsv1alpha1.OperationPhase, reported bool, now time.Time) {
+	if op.Status.Phase != itemopsv1alpha1.OperationPhaseCanceling {
+		r.finish(op, phase, now)
+		return
+	}
+	if r.VeleroRecordsEnds {
+		said := pluginReported + string(phase)
+		if op.Status.Error != "" {
+			said += ": " + op.Status.Error
+		}
+		op.Status.Error = ""
+		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionTrue, itemopsv1alpha1.ReasonPolling,
+			said+"; the cancel's outcome is Velero's to record", now)
+		return
+	}
+	if reported && phase == itemopsv1alpha1.OperationPhaseFailed {
+		phase = itemopsv1alpha1.OperationPhaseCanceled
+	}
+	r.finish(op, phase, now)
 }

@@ -92,6 +92,13 @@ type ItemOperationReconciler struct {
 	// An ItemOperation's own spec.timeout, which Velero does not know, is
 	// always itemops' to enforce.
 	VeleroTimesOut bool
+	// VeleroRecordsEnds: Velero's own operations controllers run beside
+	// itemops (observe mode) and record how each operation ended. A
+	// requested cancel is then not an outcome until Velero records one:
+	// the operation stays Canceling whatever itemops' own polls read, and
+	// ends as Velero's record says. In manage mode the plugin's Progress
+	// ends it.
+	VeleroRecordsEnds bool
 
 	// SyncFrequency is the time between two polls of an operation in progress.
 	SyncFrequency time.Duration
@@ -113,6 +120,14 @@ type ItemOperationReconciler struct {
 	// Causes, when set, finds why an operation of Velero's data mover
 	// waits (see explain); only stalls are explained when nil.
 	Causes Causes
+	// VeleroServer, when set, tells whether velero server runs, for an
+	// operation that does not move.
+	VeleroServer VeleroServer
+	// NotMovingAfter is how long progress may stand still before an
+	// operation that nothing else explains waits on NotMoving (zero: never).
+	// Shorter than StallAfter: no operation is shown moving without
+	// progress for longer than this.
+	NotMovingAfter time.Duration
 	// Lateness, when set, learns how late each plugin's estimates come and
 	// has ETA polls made ahead of them by that (leadFor).
 	Lateness *progress.Lateness
@@ -297,10 +312,20 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	r.initialize(op, now)
 
 	if reason, message := cancelReason(op, parent); reason != "" {
-		if err := r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now); err != nil {
-			return staleOr(err)
+		switch {
+		case !awaitsOutcome(reason):
+			if err := r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now); err != nil {
+				return staleOr(err)
+			}
+			return r.writeEnd(ctx, original, op, now)
+		case op.Status.Phase != itemopsv1alpha1.OperationPhaseCanceling:
+			// A request, not an outcome: the operation is Canceling until
+			// Velero records its end (observe mode) or the plugin's
+			// Progress reports it (manage mode).
+			if err := r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceling, now); err != nil {
+				return staleOr(err)
+			}
 		}
-		return r.writeEnd(ctx, original, op, now)
 	}
 	deadline, why := r.deadline(op, parent)
 	if !now.Before(deadline) {
@@ -321,7 +346,7 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		r.learnLateness(op, last, now)
 		return r.writeEnd(ctx, original, op, now)
 	}
-	r.explain(ctx, op, now)
+	r.explain(ctx, op, parent, now)
 	window := measureRate(op, last.window, now)
 	// A poll made for an estimated completion that finds the operation
 	// still running: the estimate slipped.

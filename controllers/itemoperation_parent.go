@@ -182,17 +182,27 @@ func (r *ItemOperationReconciler) deadline(op *itemopsv1alpha1.ItemOperation, pa
 }
 
 // cancelReason says why the operation must be cancelled now, if it must.
+// A parent gone or failed comes first: it ends the operation, where a
+// request (spec.cancel, a deletion requested) waits for the outcome.
 func cancelReason(op *itemopsv1alpha1.ItemOperation, parent *parentState) (EventReason, string) {
 	kind, name := op.Spec.Parent.Kind, op.Spec.Parent.Name
 	switch {
-	case op.Spec.Cancel:
-		return itemopsv1alpha1.ReasonCancelRequested, "spec.cancel was set"
 	case parent.gone:
 		return itemopsv1alpha1.ReasonParentDeleted, fmt.Sprintf("%s %s (uid %s) no longer exists", kind, name, op.Spec.Parent.UID)
 	case parent.failed:
 		return itemopsv1alpha1.ReasonParentFailed, fmt.Sprintf("%s %s failed", kind, name)
+	case op.Spec.Cancel:
+		return itemopsv1alpha1.ReasonCancelRequested, "spec.cancel was set"
 	case parent.deletionRequested:
 		return itemopsv1alpha1.ReasonBackupDeletionRequested, fmt.Sprintf("deletion of Backup %s was requested", name)
 	}
 	return "", ""
+}
+
+// awaitsOutcome reports whether a cancel for reason is a request whose
+// outcome the operation waits for (Canceling): asked for by someone while
+// the parent still runs. A parent gone or failed ends the operation at
+// once: Velero has ended the parent, or nothing is left to record in.
+func awaitsOutcome(reason EventReason) bool {
+	return reason == itemopsv1alpha1.ReasonCancelRequested || reason == itemopsv1alpha1.ReasonBackupDeletionRequested
 }

@@ -82,11 +82,11 @@ func (r *ItemOperationReconciler) poll(ctx context.Context, op *itemopsv1alpha1.
 		r.applyProgress(op, p, now)
 		if err != nil {
 			op.Status.Error = errMessage(err)
-			r.finish(op, itemopsv1alpha1.OperationPhaseFailed, now)
+			r.end(op, itemopsv1alpha1.OperationPhaseFailed, true, now)
 			return
 		}
 		if p.Completed {
-			r.finish(op, itemopsv1alpha1.OperationPhaseCompleted, now)
+			r.end(op, itemopsv1alpha1.OperationPhaseCompleted, true, now)
 			return
 		}
 		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionTrue, itemopsv1alpha1.ReasonPolling,
@@ -115,7 +115,7 @@ func (r *ItemOperationReconciler) poll(ctx context.Context, op *itemopsv1alpha1.
 			err.Error(), now)
 	case errors.Is(err, plugin.ErrNotSupported), errors.Is(err, plugin.ErrInvalidOperationID):
 		op.Status.Error = err.Error()
-		r.finish(op, itemopsv1alpha1.OperationPhaseFailed, now)
+		r.end(op, itemopsv1alpha1.OperationPhaseFailed, false, now)
 	default:
 		op.Status.PollFailures++
 		log.V(1).Info("reading progress failed", "failuresInARow", op.Status.PollFailures, "error", err.Error())
@@ -135,7 +135,7 @@ func (r *ItemOperationReconciler) poll(ctx context.Context, op *itemopsv1alpha1.
 		}
 		if int(op.Status.PollFailures) >= r.MaxProgressFailures {
 			op.Status.Error = fmt.Sprintf("progress could not be read %d times in a row; last error: %s", op.Status.PollFailures, cause)
-			r.finish(op, itemopsv1alpha1.OperationPhaseFailed, now)
+			r.end(op, itemopsv1alpha1.OperationPhaseFailed, false, now)
 			return
 		}
 		setCondition(op, itemopsv1alpha1.ConditionProgressing, metav1.ConditionFalse, reason,

@@ -765,7 +765,9 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 				if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
 					t.Fatal(err)
 				}
-				if got.Status.Phase.IsTerminal() {
+				// The answer is recorded once the attempts are over: a
+				// cancel is a request, the operation Canceling.
+				if got.Status.Phase == itemopsv1alpha1.OperationPhaseCanceling || got.Status.Phase.IsTerminal() {
 					break
 				}
 				waits = append(waits, res.RequeueAfter)
@@ -775,8 +777,8 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 				t.Errorf("%s: waits between attempts %v, want %v", tc.name, waits, tc.waits)
 			}
 			cond := meta.FindStatusCondition(got.Status.Conditions, itemopsv1alpha1.ConditionCanceled)
-			if got.Status.Phase != itemopsv1alpha1.OperationPhaseCanceled || cond == nil || !strings.Contains(cond.Message, tc.message) {
-				t.Errorf("%s: phase %s, condition %+v; want Canceled saying %q", tc.name, got.Status.Phase, cond, tc.message)
+			if got.Status.Phase != itemopsv1alpha1.OperationPhaseCanceling || cond == nil || !strings.Contains(cond.Message, tc.message) {
+				t.Errorf("%s: phase %s, condition %+v; want Canceling saying %q", tc.name, got.Status.Phase, cond, tc.message)
 			}
 			if want := len(tc.waits) + 1; tc.plugin.cancels != want {
 				t.Errorf("%s: %d Cancel calls, want %d", tc.name, tc.plugin.cancels, want)

@@ -92,7 +92,10 @@ func inVeleroTerms(p itemopsv1alpha1.OperationPhase) itemoperation.OperationPhas
 func (r *ItemOperationReconciler) followVelero(ctx context.Context, original, op *itemopsv1alpha1.ItemOperation,
 	rec *itemoperation.OperationStatus, now time.Time) (ctrl.Result, error) {
 	own, retried := op.Status.DeepCopy(), false
-	if !own.Phase.IsTerminal() && rec.Phase == itemoperation.OperationPhaseFailed {
+	canceling := op.Status.Phase == itemopsv1alpha1.OperationPhaseCanceling
+	// A failure Velero records for an operation whose cancel was requested
+	// is that cancel's outcome: no second look at the plugin.
+	if !own.Phase.IsTerminal() && rec.Phase == itemoperation.OperationPhaseFailed && !canceling {
 		parent, err := r.parent(ctx, op)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -103,6 +106,9 @@ func (r *ItemOperationReconciler) followVelero(ctx context.Context, original, op
 	}
 	ended := op.Status.Phase.IsTerminal()
 	applyRecord(op, rec, now)
+	if canceling && op.Status.Phase == itemopsv1alpha1.OperationPhaseFailed {
+		op.Status.Phase = itemopsv1alpha1.OperationPhaseCanceled
+	}
 	if message, reason, differs := difference(rec, own, retried); differs {
 		setCondition(op, itemopsv1alpha1.ConditionDiffersFromVelero, metav1.ConditionTrue, reason, message, now)
 	}

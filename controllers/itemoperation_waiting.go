@@ -19,6 +19,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,10 +36,18 @@ import (
 // Causes finds why an operation of Velero's data mover waits, from what the
 // cluster says (*why.Gatherer is the real one).
 type Causes interface {
-	Cause(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (*why.Cause, error)
+	Cause(ctx context.Context, op *itemopsv1alpha1.ItemOperation, when why.When) (why.Finding, error)
 }
 
 var _ Causes = (*why.Gatherer)(nil)
+
+// VeleroServer tells whether velero server runs (*why.ServerWatch is the
+// real one).
+type VeleroServer interface {
+	Server(ctx context.Context) (*why.Server, error)
+}
+
+var _ VeleroServer = (*why.ServerWatch)(nil)
 
 // causeReadTimeout bounds the reads of one operation's cause: a kind whose
 // informer cannot sync (its permission missing) must not hold the poll.
@@ -53,17 +62,42 @@ const (
 // explain finds what an unfinished operation waits on and says it: the
 // Waiting condition (set once a cause appears, False once it is gone) and
 // waitingFor. A data movement of Velero's data mover is explained by what
-// the cluster says of it; any operation whose progress stood still for the
+// the cluster says of it; an operation whose cancel was requested waits on
+// that (CancelPending); any operation whose progress stood still for the
 // stall period (Stalled) and that nothing else explains waits on
-// NoProgress, with the plugin's own description.
-func (r *ItemOperationReconciler) explain(ctx context.Context, op *itemopsv1alpha1.ItemOperation, now time.Time) {
+// NoProgress, with the plugin's own description; one whose progress stood
+// still for NotMovingAfter waits on velero server when it does not run
+// (VeleroNotRunning), else on NotMoving, with what was checked. Nothing
+// else claims it moves.
+func (r *ItemOperationReconciler) explain(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState, now time.Time) {
 	var cause *why.Cause
+	var checked []string
 	if r.Causes != nil && why.IsDataMover(op) {
-		cause = r.dataMoverCause(ctx, op)
+		deadline, _ := r.deadline(op, parent)
+		cause, checked = r.dataMoverCause(ctx, op, why.When{Now: now, Deadline: deadline, CancelAt: cancelAt(op), VeleroRecords: r.VeleroRecordsEnds})
 	}
-	if cause == nil && meta.IsStatusConditionTrue(op.Status.Conditions, itemopsv1alpha1.ConditionStalled) {
-		c := why.Stalled(op.Spec.Plugin.Name, op.Status.Description, op.Status.LastProgressTime.Time)
+	if cause == nil && op.Status.Phase == itemopsv1alpha1.OperationPhaseCanceling {
+		reported := ""
+		if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil && strings.HasPrefix(c.Message, pluginReported) {
+			reported = c.Message
+		}
+		c := why.CancelRequested(op.Spec.Plugin.Name, cancelAt(op), r.VeleroRecordsEnds, reported)
 		cause = &c
+	}
+	stalled := meta.IsStatusConditionTrue(op.Status.Conditions, itemopsv1alpha1.ConditionStalled)
+	if since, still := r.standsStill(op, now); cause == nil && (still || stalled) {
+		server := r.veleroServer(ctx)
+		if cause = why.NotRunning(server, since); cause == nil && stalled {
+			c := why.Stalled(op.Spec.Plugin.Name, op.Status.Description, op.Status.LastProgressTime.Time)
+			cause = &c
+		}
+		if cause == nil {
+			if server != nil && checked == nil {
+				checked = []string{"the plugin's progress", server.Summary()}
+			}
+			c := why.NotMoving(op.Spec.Plugin.Name, op.Status.Description, since, checked)
+			cause = &c
+		}
 	}
 	switch {
 	case cause != nil:
@@ -89,23 +123,68 @@ func waitingFor(s *itemopsv1alpha1.ItemOperationStatus) string {
 }
 
 // dataMoverCause reads the cause of a data movement, within
-// causeReadTimeout. A read that fails explains nothing: the operation keeps
-// the cause it had, and the error is logged once until it changes.
-func (r *ItemOperationReconciler) dataMoverCause(ctx context.Context, op *itemopsv1alpha1.ItemOperation) *why.Cause {
+// causeReadTimeout, and what was checked. A read that fails explains
+// nothing: the operation keeps the cause it had, and the error is logged
+// once until it changes.
+func (r *ItemOperationReconciler) dataMoverCause(ctx context.Context, op *itemopsv1alpha1.ItemOperation, when why.When) (*why.Cause, []string) {
 	ctx, cancel := context.WithTimeout(ctx, causeReadTimeout)
 	defer cancel()
-	cause, err := r.Causes.Cause(ctx, op)
+	found, err := r.Causes.Cause(ctx, op, when)
 	if err == nil {
 		r.causeErrors.forget(op.Spec.Plugin.Name)
-		return cause
+		return found.Cause, found.Checked
 	}
 	if r.causeErrors.first(op.Spec.Plugin.Name, err) {
 		ctrl.LoggerFrom(ctx).Error(err, "reading why the data movement waits (logged once until the error changes)")
 	}
 	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionWaiting); c != nil && c.Status == metav1.ConditionTrue {
-		return &why.Cause{Reason: c.Reason, Evidence: c.Message}
+		return &why.Cause{Reason: c.Reason, Evidence: c.Message}, nil
 	}
-	return nil
+	return nil, nil
+}
+
+// standsStill reports whether the operation's progress has stood still for
+// NotMovingAfter, and since when: its last progress, or the end of its last
+// wait, whichever came later (an operation just let go by what held it has
+// not had its chance to move yet). Only progress read at this poll counts:
+// one that cannot be read says why in its Progressing condition.
+func (r *ItemOperationReconciler) standsStill(op *itemopsv1alpha1.ItemOperation, now time.Time) (time.Time, bool) {
+	if op.Status.LastProgressTime == nil {
+		return now, false
+	}
+	since := op.Status.LastProgressTime.Time
+	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionWaiting); c != nil &&
+		c.Status != metav1.ConditionTrue && c.LastTransitionTime.After(since) {
+		since = c.LastTransitionTime.Time
+	}
+	read := meta.IsStatusConditionTrue(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing)
+	return since, read && r.NotMovingAfter > 0 && now.Sub(since) >= r.NotMovingAfter
+}
+
+// veleroServer is what Velero's Deployment says, or nil when unknown.
+func (r *ItemOperationReconciler) veleroServer(ctx context.Context) *why.Server {
+	if r.VeleroServer == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, causeReadTimeout)
+	defer cancel()
+	s, err := r.VeleroServer.Server(ctx)
+	if err != nil {
+		if r.causeErrors.first("velero-server", err) {
+			ctrl.LoggerFrom(ctx).Error(err, "reading Velero's Deployment (logged once until the error changes)")
+		}
+		return nil
+	}
+	r.causeErrors.forget("velero-server")
+	return s
+}
+
+// cancelAt is when itemops asked the plugin to cancel the operation, or zero.
+func cancelAt(op *itemopsv1alpha1.ItemOperation) time.Time {
+	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionCanceled); c != nil && c.Status == metav1.ConditionTrue {
+		return c.LastTransitionTime.Time
+	}
+	return time.Time{}
 }
 
 // lastErrors remembers the last error of each source, so that a read that

@@ -74,7 +74,7 @@ func eventMessages(g Gomega, op *itemopsv1alpha1.ItemOperation, reason EventReas
 }
 
 var _ = Describe("Why an operation waits", Label("envtest"), func() {
-	It("a stalled operation waits on NoProgress, said once", func() {
+	It("progress standing still is NotMoving after the short window, then NoProgress once stalled, each said once", func() {
 		t := GinkgoTB()
 		g := NewWithT(t)
 		backup := newBackup(t)
@@ -83,9 +83,10 @@ var _ = Describe("Why an operation waits", Label("envtest"), func() {
 		g.Eventually(waiting(op), 10*time.Second, 100*time.Millisecond).Should(Equal("True/NoProgress, waitingFor=NoProgress"))
 		g.Expect(waitingMessage(g, op)).To(ContainSubstring("progress has not moved since"))
 		g.Eventually(func(g Gomega) []string { return eventMessages(g, op, EventWaiting) }, 5*time.Second).Should(
-			ConsistOf(HavePrefix("NoProgress: progress has not moved since")))
+			ConsistOf(HavePrefix("NotMoving: no progress since"), HavePrefix("NoProgress: progress has not moved since")))
+		g.Expect(eventMessages(g, op, EventWaiting)).To(ContainElement(ContainSubstring("checked: the plugin's progress")))
 		// Polled on, it says so once.
-		g.Consistently(func(g Gomega) []string { return eventMessages(g, op, EventWaiting) }, 10*testSync, testSync).Should(HaveLen(1))
+		g.Consistently(func(g Gomega) []string { return eventMessages(g, op, EventWaiting) }, 10*testSync, testSync).Should(HaveLen(2))
 	})
 
 	// Every cause of Velero's data mover, read by the real gatherer from
@@ -241,6 +242,134 @@ var _ = Describe("Why an operation waits", Label("envtest"), func() {
 		g.Expect(eventMessages(g, op, EventWaitEnded)).To(ConsistOf(
 			"no longer waits on NoNodeAgent", "no longer waits on NodeAgentBusy", "no longer waits on RepositoryNotReady"))
 		_ = agent
+	})
+})
+
+// Where Velero itself is stuck, read by the real gatherer from the objects
+// as Velero, node-agent and the cluster leave them.
+var _ = Describe("Why an operation waits where Velero is stuck", Label("envtest"), func() {
+	It("node-agent restarted before exposing it, then its pod gone, then a cancel pending, each with when Velero ends it", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		ns := envtest.VeleroNamespace
+		backup := newBackup(t)
+		id := fmt.Sprintf("du-stuck-%d", seq.Add(1))
+		op := newOperation(t, backup, why.DataUploadPlugin, id)
+		name := fmt.Sprintf("%s-stuck", backup.Name)
+		within := 5 * time.Second
+		agent := runningPod(g, ns, fmt.Sprintf("node-agent-stuck-%d", seq.Add(1)), "node-stuck", map[string]string{"role": "node-agent"})
+
+		By("Accepted a minute before node-agent's pod started, and no pod exposed")
+		accepted := agent.CreationTimestamp.Add(-time.Minute)
+		du := &velerov2alpha1.DataUpload{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{velerov1api.AsyncOperationIDLabel: id}},
+			Spec: velerov2alpha1.DataUploadSpec{SnapshotType: velerov2alpha1.SnapshotTypeCSI, SourcePVC: "data", SourceNamespace: "shop",
+				BackupStorageLocation: "default", CSISnapshot: &velerov2alpha1.CSISnapshotSpec{VolumeSnapshot: "velero-data-stuck", StorageClass: "fast"}},
+			Status: velerov2alpha1.DataUploadStatus{Phase: velerov2alpha1.DataUploadPhaseAccepted, AcceptedByNode: "node-stuck",
+				AcceptedTimestamp: &metav1.Time{Time: accepted}},
+		}
+		g.Expect(env.Client.Create(ctx, du)).To(Succeed())
+		DeferCleanup(func() { _ = env.Client.Delete(ctx, du) })
+		g.Eventually(waiting(op), within, testSync).Should(Equal("True/NodeAgentRestarted, waitingFor=NodeAgentRestarted"))
+		g.Expect(waitingMessage(g, op)).To(And(ContainSubstring("by node-agent on node-stuck, whose pod "+agent.Name+" started again"),
+			ContainSubstring("not busy: 0 of its 1 data path(s)"),
+			ContainSubstring(fmt.Sprintf("prepare timeout (30m0s, --data-mover-prepare-timeout) at %s", accepted.Add(30*time.Minute).UTC().Format(time.RFC3339)))))
+
+		By("accepted again after node-agent started, its volume exposed and its pod gone: PodGone once the pod's grace has passed")
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: ptr.To("fast"), AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		}
+		g.Expect(env.Client.Create(ctx, pvc)).To(Succeed())
+		DeferCleanup(func() { _ = env.Client.Delete(ctx, pvc) })
+		g.Eventually(func() error {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(du), du); err != nil {
+				return err
+			}
+			du.Status.AcceptedTimestamp = &metav1.Time{Time: pvc.CreationTimestamp.Time}
+			return env.Client.Update(ctx, du)
+		}, within).Should(Succeed())
+		// Within the grace nothing is claimed: node-agent makes the pod
+		// right after the volume.
+		g.Eventually(waiting(op), within, testSync).Should(Equal("False/NotWaiting, waitingFor=" + itemopsv1alpha1.ReasonPluginNotFound))
+		g.Eventually(waiting(op), why.PodGrace+within, testSync).Should(Equal("True/PodGone, waitingFor=PodGone"))
+		g.Expect(waitingMessage(g, op)).To(And(ContainSubstring("the data mover's pod velero/"+name+" does not exist"),
+			ContainSubstring("cancels an Accepted DataUpload once it has seen the request for 5m0s")))
+
+		By("a cancel requested: Canceling, the cause pending on node-agent's rule for Accepted")
+		g.Eventually(func() error {
+			fresh := get(g, op)
+			fresh.Spec.Cancel = true
+			return env.Client.Update(ctx, fresh)
+		}, within).Should(Succeed())
+		g.Eventually(phaseOf(op), within, testSync).Should(Equal(itemopsv1alpha1.OperationPhaseCanceling))
+		// The plugin is not installed here: Velero's would set the
+		// DataUpload's spec.cancel.
+		g.Eventually(func() error {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(du), du); err != nil {
+				return err
+			}
+			du.Spec.Cancel = true
+			return env.Client.Update(ctx, du)
+		}, within).Should(Succeed())
+		g.Eventually(waiting(op), within, testSync).Should(Equal("True/CancelPending, waitingFor=CancelPending"))
+		g.Expect(waitingMessage(g, op)).To(And(ContainSubstring("spec.cancel is set on DataUpload "+name+", which is Accepted"),
+			ContainSubstring("meanwhile DataUpload "+name+" is Accepted"), ContainSubstring("once it has seen the request for 5m0s")))
+		g.Consistently(phaseOf(op), 5*testSync, testSync).Should(Equal(itemopsv1alpha1.OperationPhaseCanceling), "a request, not an outcome")
+
+		g.Expect(waitingMessage(g, op)).To(ContainSubstring("ends as the plugin's progress reports it"), "manage mode")
+
+		By("node-agent cancels it: in manage mode the operation ends as the plugin's Progress reports it, and the plugin is not installed here")
+		g.Eventually(func() error {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(du), du); err != nil {
+				return err
+			}
+			du.Status.Phase = velerov2alpha1.DataUploadPhaseCanceled
+			return env.Client.Update(ctx, du)
+		}, within).Should(Succeed())
+		g.Consistently(waiting(op), 5*testSync, testSync).Should(Equal("True/CancelPending, waitingFor=CancelPending"))
+		g.Expect(phaseOf(op)(g)).To(Equal(itemopsv1alpha1.OperationPhaseCanceling))
+		g.Expect(eventMessages(g, op, EventWaiting)).To(ConsistOf(HavePrefix("NodeAgentRestarted: "), HavePrefix("PodGone: "), HavePrefix("CancelPending: ")))
+	})
+
+	It("a transfer whose location Velero found Unavailable waits on LocationUnavailable, until it is Available", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		ns := envtest.VeleroNamespace
+		backup := newBackup(t)
+		id := fmt.Sprintf("du-location-%d", seq.Add(1))
+		op := newOperation(t, backup, why.DataUploadPlugin, id)
+		within := 5 * time.Second
+		location := fmt.Sprintf("unreachable-%d", seq.Add(1))
+		bsl := &velerov1api.BackupStorageLocation{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: location},
+			Spec: velerov1api.BackupStorageLocationSpec{Provider: "aws", StorageType: velerov1api.StorageType{
+				ObjectStorage: &velerov1api.ObjectStorageLocation{Bucket: "gone"}}},
+			Status: velerov1api.BackupStorageLocationStatus{Phase: velerov1api.BackupStorageLocationPhaseUnavailable, LastValidationTime: &metav1.Time{Time: time.Now()},
+				Message: `BackupStorageLocation "` + location + `" is unavailable: rpc error: code = Unknown desc = dial tcp 127.0.0.1:9: connect: connection refused`}}
+		g.Expect(env.Client.Create(ctx, bsl)).To(Succeed())
+		DeferCleanup(func() { _ = env.Client.Delete(ctx, bsl) })
+		du := &velerov2alpha1.DataUpload{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-far", backup.Name), Labels: map[string]string{velerov1api.AsyncOperationIDLabel: id}},
+			Spec: velerov2alpha1.DataUploadSpec{SnapshotType: velerov2alpha1.SnapshotTypeCSI, SourcePVC: "data", SourceNamespace: "far",
+				BackupStorageLocation: location},
+			Status: velerov2alpha1.DataUploadStatus{Phase: velerov2alpha1.DataUploadPhaseInProgress, Node: "node-1"},
+		}
+		g.Expect(env.Client.Create(ctx, du)).To(Succeed())
+		DeferCleanup(func() { _ = env.Client.Delete(ctx, du) })
+		g.Eventually(waiting(op), within, testSync).Should(Equal("True/LocationUnavailable, waitingFor=LocationUnavailable"))
+		g.Expect(waitingMessage(g, op)).To(And(ContainSubstring("BackupStorageLocation velero/"+location+" that DataUpload "+du.Name+" moves data through is Unavailable"),
+			ContainSubstring("connection refused"), ContainSubstring("velero backup-location get "+location)))
+		g.Eventually(func() error {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(bsl), bsl); err != nil {
+				return err
+			}
+			bsl.Status.Phase, bsl.Status.Message = velerov1api.BackupStorageLocationPhaseAvailable, ""
+			return env.Client.Update(ctx, bsl)
+		}, within).Should(Succeed())
+		g.Eventually(waiting(op), within, testSync).Should(Equal("False/NotWaiting, waitingFor=" + itemopsv1alpha1.ReasonPluginNotFound))
 	})
 })
 

@@ -23,14 +23,19 @@ import (
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
+
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/why"
 )
 
@@ -41,10 +46,33 @@ type scriptedCauses struct {
 	calls int
 }
 
-func (s *scriptedCauses) Cause(context.Context, *itemopsv1alpha1.ItemOperation) (*why.Cause, error) {
+func (s *scriptedCauses) Cause(context.Context, *itemopsv1alpha1.ItemOperation, why.When) (why.Finding, error) {
 	s.calls++
-	return s.cause, s.err
+	return why.Finding{Cause: s.cause, Checked: []string{"DataUpload du (InProgress)"}}, s.err
 }
+
+// heldPlugin reports the progress the test sets, or the failure it sets,
+// and counts the cancels asked of it.
+type heldPlugin struct {
+	done, total int64
+	fail        error
+	completed   bool
+	cancels     int
+}
+
+func (p *heldPlugin) Progress(context.Context, plugin.Operation) (velero.OperationProgress, error) {
+	return velero.OperationProgress{NCompleted: p.done, NTotal: p.total, OperationUnits: "Bytes", Completed: p.completed, Description: "InProgress"}, p.fail
+}
+
+func (p *heldPlugin) Cancel(context.Context, plugin.Operation) error {
+	p.cancels++
+	return nil
+}
+
+// fixedServer says what Velero's Deployment says.
+type fixedServer struct{ s *why.Server }
+
+func (f fixedServer) Server(context.Context) (*why.Server, error) { return f.s, nil }
 
 var _ = Describe("Why an operation waits, polled", Label("unit"), func() {
 	It("a cause is written at once, said once, cleared, and gone with the end; the rate is of the last minute", func() {
@@ -136,4 +164,150 @@ var _ = Describe("Why an operation waits, polled", Label("unit"), func() {
 			t.Fatalf("an operation that ended got %q", ended)
 		}
 	})
+})
+
+var _ = Describe("No claim without evidence", Label("unit"), func() {
+	It("progress that stands still for the not-moving window is NotMoving, with what was checked, or VeleroNotRunning; moving clears it", func() {
+		t := GinkgoTB()
+		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		clock := clocktesting.NewFakeClock(start)
+		c, op := oneWaitingOperation(t, "example.io/copier", "op-1")
+		// Watched since the start, as an operation ingested then.
+		op.Status = itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress, Created: &metav1.Time{Time: start},
+			LastProgressTime: &metav1.Time{Time: start}, NCompleted: 10, NTotal: 100}
+		Expect(c.Status().Update(context.Background(), op)).To(Succeed())
+		p := &heldPlugin{done: 10, total: 100}
+		server := &why.Server{Namespace: "velero", Name: "velero", Found: true, Observed: true, Replicas: 1, Ready: 1}
+		recorder := record.NewFakeRecorder(100)
+		r := &ItemOperationReconciler{Client: c, Plugins: p, VeleroServer: fixedServer{server}, Recorder: recorder, Clock: clock,
+			SyncFrequency: 10 * time.Second, ProgressUpdateInterval: time.Second, StallAfter: time.Hour, NotMovingAfter: time.Minute,
+			MaxProgressFailures: 3, MinPollInterval: time.Second}
+		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
+		got := &itemopsv1alpha1.ItemOperation{}
+		pollAt := func(at time.Duration) *metav1.Condition {
+			t.Helper()
+			clock.SetTime(start.Add(at))
+			if _, err := r.Reconcile(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+				t.Fatal(err)
+			}
+			return meta.FindStatusCondition(got.Status.Conditions, itemopsv1alpha1.ConditionWaiting)
+		}
+		for _, at := range []time.Duration{0, 10, 20, 30, 40, 50} {
+			if w := pollAt(at * time.Second); w != nil && w.Status == metav1.ConditionTrue {
+				t.Fatalf("at %ds, within the window: Waiting %s %s", at, w.Reason, w.Message)
+			}
+		}
+		w := pollAt(70 * time.Second)
+		if w == nil || w.Status != metav1.ConditionTrue || w.Reason != itemopsv1alpha1.WaitingNotMoving || got.Status.WaitingFor != itemopsv1alpha1.WaitingNotMoving {
+			t.Fatalf("a minute without progress: Waiting %+v; want NotMoving", w)
+		}
+		for _, says := range []string{"no progress since 2026-01-01T00:00:00Z", "checked: the plugin's progress, velero server (Deployment velero/velero: 1 of 1 ready)",
+			"the plugin says: InProgress", "example.io/copier"} {
+			if !strings.Contains(w.Message, says) {
+				t.Errorf("NotMoving says %q, not %q", w.Message, says)
+			}
+		}
+
+		By("velero server scaled to 0")
+		server.Ready, server.Replicas = 0, 0
+		w = pollAt(80 * time.Second)
+		if w.Reason != itemopsv1alpha1.WaitingVeleroNotRunning || !strings.Contains(w.Message, "Deployment velero/velero is scaled to 0") {
+			t.Fatalf("velero server scaled to 0: Waiting %s %q", w.Reason, w.Message)
+		}
+		server.Ready, server.Replicas = 1, 1
+
+		By("bytes moving again")
+		p.done = 20
+		w = pollAt(90 * time.Second)
+		if w.Status != metav1.ConditionFalse || got.Status.WaitingFor != "" {
+			t.Fatalf("progress moved: Waiting %+v, waitingFor %q; want it cleared", w, got.Status.WaitingFor)
+		}
+		By("standing still again: the window counts from then")
+		if w = pollAt(140 * time.Second); w.Status == metav1.ConditionTrue {
+			t.Fatalf("50s after progress moved: %s", w.Reason)
+		}
+		if w = pollAt(151 * time.Second); w.Reason != itemopsv1alpha1.WaitingNotMoving || !strings.Contains(w.Message, "since 2026-01-01T00:01:30Z") {
+			t.Fatalf("61s after: Waiting %s %q", w.Reason, w.Message)
+		}
+		var reasons []string
+		for len(recorder.Events) > 0 {
+			e := <-recorder.Events
+			if strings.Contains(e, " "+string(EventWaiting)+" ") || strings.Contains(e, string(EventWaitEnded)) {
+				reasons = append(reasons, strings.SplitN(e, ":", 2)[0])
+			}
+		}
+		Expect(reasons).To(Equal([]string{"Warning Waiting NotMoving", "Warning Waiting VeleroNotRunning",
+			"Normal WaitEnded no longer waits on VeleroNotRunning", "Warning Waiting NotMoving"}))
+	})
+
+	DescribeTable("a requested cancel is not an outcome",
+		func(veleroRecords bool, answer func(*heldPlugin), verdict string, want itemopsv1alpha1.OperationPhase) {
+			t := GinkgoTB()
+			start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			clock := clocktesting.NewFakeClock(start)
+			c, op := oneWaitingOperation(t, "example.io/copier", "op-1")
+			p := &heldPlugin{done: 10, total: 100}
+			recorder := record.NewFakeRecorder(100)
+			r := &ItemOperationReconciler{Client: c, Plugins: p, Recorder: recorder, Clock: clock, VeleroRecordsEnds: veleroRecords,
+				VeleroTimesOut: veleroRecords, SyncFrequency: 10 * time.Second, ProgressUpdateInterval: time.Second, StallAfter: time.Hour,
+				NotMovingAfter: time.Minute, MaxProgressFailures: 3, MinPollInterval: time.Second}
+			req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
+			got := &itemopsv1alpha1.ItemOperation{}
+			reconcileAt := func(at time.Duration) {
+				t.Helper()
+				clock.SetTime(start.Add(at))
+				if _, err := r.Reconcile(context.Background(), req); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Get(context.Background(), req.NamespacedName, got); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reconcileAt(0)
+			got.Spec.Cancel = true
+			Expect(c.Update(context.Background(), got)).To(Succeed())
+			reconcileAt(10 * time.Second)
+			Expect(got.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseCanceling))
+			Expect(p.cancels).To(Equal(1))
+			Expect(meta.IsStatusConditionTrue(got.Status.Conditions, itemopsv1alpha1.ConditionCanceled)).To(BeTrue())
+			w := meta.FindStatusCondition(got.Status.Conditions, itemopsv1alpha1.ConditionWaiting)
+			Expect(w).NotTo(BeNil())
+			Expect(w.Reason).To(Equal(itemopsv1alpha1.WaitingCancelPending))
+
+			By("the plugin answers")
+			answer(p)
+			reconcileAt(20 * time.Second)
+			Expect(p.cancels).To(Equal(1), "the plugin asked once")
+			if verdict != "" {
+				Expect(got.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseCanceling), "what itemops read is not Velero's record")
+				Expect(got.Status.CompletionTimestamp).To(BeNil())
+				By("Velero records it")
+				if got.Annotations == nil {
+					got.Annotations = map[string]string{}
+				}
+				got.Annotations[itemopsv1alpha1.AnnotationRecordStatus] = verdict
+				Expect(c.Update(context.Background(), got)).To(Succeed())
+				reconcileAt(30 * time.Second)
+			}
+			Expect(got.Status.Phase).To(Equal(want))
+			Expect(meta.IsStatusConditionTrue(got.Status.Conditions, itemopsv1alpha1.ConditionDiffersFromVelero)).To(BeFalse())
+		},
+		Entry("observe mode: the plugin reports a failure, Velero records it Failed: Canceled", true,
+			func(p *heldPlugin) {
+				p.fail = &plugin.Error{Kind: plugin.ErrOperationFailed, Err: errors.New("DataUpload is canceled")}
+			},
+			`{"phase":"Failed","error":"DataUpload is canceled"}`, itemopsv1alpha1.OperationPhaseCanceled),
+		Entry("observe mode: the plugin reports it completed first, Velero records Completed", true,
+			func(p *heldPlugin) { p.done, p.completed = 100, true }, `{"phase":"Completed"}`, itemopsv1alpha1.OperationPhaseCompleted),
+		Entry("manage mode: the plugin reports a failure: Canceled", false,
+			func(p *heldPlugin) {
+				p.fail = &plugin.Error{Kind: plugin.ErrOperationFailed, Err: errors.New("DataUpload is canceled")}
+			},
+			"", itemopsv1alpha1.OperationPhaseCanceled),
+		Entry("manage mode: the plugin reports it completed: Completed", false,
+			func(p *heldPlugin) { p.done, p.completed = 100, true }, "", itemopsv1alpha1.OperationPhaseCompleted),
+	)
 })

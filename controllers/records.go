@@ -200,6 +200,9 @@ func toRecord(op *itemopsv1alpha1.ItemOperation) opRecord {
 	switch s.Phase {
 	case itemopsv1alpha1.OperationPhaseCanceled:
 		phase = itemoperation.OperationPhaseFailed
+	case itemopsv1alpha1.OperationPhaseCanceling:
+		// Velero's records know no cancel under way: still running.
+		phase = itemoperation.OperationPhaseInProgress
 	case "":
 		phase = itemoperation.OperationPhaseNew
 	}

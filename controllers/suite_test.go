@@ -49,6 +49,7 @@ const (
 	testSync           = 200 * time.Millisecond
 	testUpdateInterval = 2 * time.Second
 	testStallAfter     = 2 * time.Second
+	testNotMovingAfter = time.Second
 	testMaxFailures    = 3
 	// testCallTimeout is long enough for a loaded machine: a sample plugin
 	// that exits during a call must be seen exiting (Unavailable, retried)
@@ -134,6 +135,7 @@ var _ = BeforeSuite(func() {
 		SyncFrequency:           testSync,
 		ProgressUpdateInterval:  testUpdateInterval,
 		StallAfter:              testStallAfter,
+		NotMovingAfter:          testNotMovingAfter,
 		MaxProgressFailures:     testMaxFailures,
 		MaxConcurrentReconciles: 4,
 	}).SetupWithManager(mgr)).To(Succeed())

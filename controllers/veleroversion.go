@@ -61,6 +61,9 @@ type VeleroVersionCheck struct {
 	Reader    client.Reader
 	Recorder  record.EventRecorder
 	Namespace string
+	// Deployment is the name of Velero's Deployment; VeleroDeployment
+	// when empty.
+	Deployment string
 	// BuiltinPlugins is the velero binary in the plugin directory; "" when
 	// there is none. Binaries runs it, only as discovery found it.
 	BuiltinPlugins string
@@ -93,9 +96,13 @@ func (c *VeleroVersionCheck) Check(ctx context.Context) {
 
 	builtin := c.builtinRelease(ctx)
 	deployment := &appsv1.Deployment{}
-	err := c.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: VeleroDeployment}, deployment)
+	name := c.Deployment
+	if name == "" {
+		name = VeleroDeployment
+	}
+	err := c.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, deployment)
 	if apierrors.IsNotFound(err) {
-		log.Info("no Deployment "+VeleroDeployment+" in Velero's namespace: Velero's release is not checked", "namespace", c.Namespace)
+		log.Info("no Deployment "+name+" in Velero's namespace: Velero's release is not checked", "namespace", c.Namespace)
 		return
 	}
 	if err != nil {

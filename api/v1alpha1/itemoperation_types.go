@@ -88,7 +88,7 @@ const (
 )
 
 // OperationPhase is where an operation is in its life.
-// +kubebuilder:validation:Enum=New;InProgress;Completed;Failed;Canceled
+// +kubebuilder:validation:Enum=New;InProgress;Canceling;Completed;Failed;Canceled
 type OperationPhase string
 
 const (
@@ -96,13 +96,20 @@ const (
 	OperationPhaseNew OperationPhase = "New"
 	// OperationPhaseInProgress means the plugin reports the operation as running.
 	OperationPhaseInProgress OperationPhase = "InProgress"
+	// OperationPhaseCanceling means a cancel was requested (spec.cancel, a
+	// DeleteBackupRequest) and the plugin was asked to cancel, but the
+	// operation has not ended yet: it ends Canceled, Completed or Failed
+	// only as Velero records it (observe mode) or the plugin's Progress
+	// reports it (manage mode).
+	OperationPhaseCanceling OperationPhase = "Canceling"
 	// OperationPhaseCompleted means the plugin reported success. Terminal.
 	OperationPhaseCompleted OperationPhase = "Completed"
 	// OperationPhaseFailed means the plugin reported an error, the operation
 	// timed out, or progress could not be read within the retry budget. Terminal.
 	OperationPhaseFailed OperationPhase = "Failed"
-	// OperationPhaseCanceled means itemops asked the plugin to cancel the
-	// operation. Terminal.
+	// OperationPhaseCanceled means the operation ended after a cancel was
+	// requested (its end recorded by Velero, or reported by the plugin, as
+	// a failure), or its parent is gone or failed. Terminal.
 	OperationPhaseCanceled OperationPhase = "Canceled"
 )
 
@@ -123,7 +130,9 @@ const (
 	// ConditionStalled is True when progress has not advanced for the
 	// configured stall period.
 	ConditionStalled = "Stalled"
-	// ConditionCanceled records that Cancel was requested and what the plugin answered.
+	// ConditionCanceled records that Cancel was requested and what the
+	// plugin answered. It is True from the request on: the phase
+	// (Canceling, then an end) says whether the operation has ended.
 	ConditionCanceled = "Canceled"
 	// ConditionDiffersFromVelero is True when Velero recorded another end
 	// of the operation than itemops' own Progress calls saw. The phase,
@@ -136,10 +145,11 @@ const (
 	ConditionWaiting = "Waiting"
 )
 
-// Reasons of the Waiting condition: the causes an operation waits on. The
-// first seven are found from what Velero's data mover and the cluster say
-// (the DataUpload or DataDownload, the objects it exposes, node-agent, the
-// BackupRepository); NoProgress applies to every plugin.
+// Reasons of the Waiting condition: the causes an operation waits on. Most
+// are found from what Velero's data mover and the cluster say (the
+// DataUpload or DataDownload, the objects it exposes, node-agent, the
+// BackupStorageLocation, the BackupRepository); NoProgress, NotMoving,
+// VeleroNotRunning and CancelPending apply to every plugin.
 const (
 	// WaitingSnapshotNotReady: the CSI VolumeSnapshot the data mover reads
 	// is not ready to use yet.
@@ -169,6 +179,29 @@ const (
 	// WaitingNoProgress: the operation runs but its progress has not moved
 	// for the stall period.
 	WaitingNoProgress = "NoProgress"
+	// WaitingNotMoving: progress has not moved for the short not-moving
+	// window and nothing itemops checked explains it; the message lists
+	// what was checked.
+	WaitingNotMoving = "NotMoving"
+	// WaitingPodGone: the data mover's pod is gone while its DataUpload or
+	// DataDownload is Accepted: node-agent does not make it again and
+	// waits for its prepare timeout.
+	WaitingPodGone = "PodGone"
+	// WaitingNodeAgentRestarted: node-agent restarted after it accepted the
+	// DataUpload or DataDownload and before it exposed a pod for it:
+	// nothing exposes it any more until the prepare timeout.
+	WaitingNodeAgentRestarted = "NodeAgentRestarted"
+	// WaitingLocationUnavailable: the BackupStorageLocation the data moves
+	// to or from is Unavailable, as Velero's own validation says.
+	WaitingLocationUnavailable = "LocationUnavailable"
+	// WaitingVeleroNotRunning: Velero's Deployment has no ready pod, so
+	// nothing records the operation's end, initializes repositories or
+	// finalizes the Backup or Restore.
+	WaitingVeleroNotRunning = "VeleroNotRunning"
+	// WaitingCancelPending: a cancel was requested and the plugin asked,
+	// and the operation has not ended yet; the message says who holds it
+	// and when Velero acts on the request.
+	WaitingCancelPending = "CancelPending"
 	// ReasonNotWaiting is the reason of Waiting=False.
 	ReasonNotWaiting = "NotWaiting"
 )
@@ -357,7 +390,7 @@ type ItemOperationSpec struct {
 
 // ItemOperationStatus is what itemops last learned about the operation.
 type ItemOperationStatus struct {
-	// Phase is New, InProgress, Completed, Failed or Canceled. An
+	// Phase is New, InProgress, Canceling, Completed, Failed or Canceled. An
 	// operation itemops has not written a status for yet reads as New.
 	// +optional
 	// +kubebuilder:default=New

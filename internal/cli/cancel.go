@@ -45,8 +45,13 @@ func newCancelCommand(o *options) *cobra.Command {
 		Long: `cancel sets spec.cancel on the unfinished operations of a Backup or Restore
 (all of them, or those named by --operation: an operation ID or an
 ItemOperation name), and says which. itemops then calls each plugin's Cancel
-and the operation ends Canceled; the parent goes on to PartiallyFailed.
-With --wait it waits for every operation it asked to cancel to end.
+and the operation is Canceling until its end is recorded: by Velero in
+observe mode, by the plugin's progress in manage mode (Canceled, or
+Completed if it finished first; the parent then goes on to
+PartiallyFailed). A cancel is a request: the plugin, and Velero's data
+mover, carry it out on their own schedule (docs/velero.md, "A cancel is a
+request"; kubectl itemops why shows what holds it). With --wait it waits
+for every operation it asked to cancel to end.
 
 It needs permission to patch itemoperations.itemops.io in Velero's namespace,
 which the aggregated edit and admin roles grant.`,

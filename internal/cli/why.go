@@ -23,6 +23,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -73,10 +74,43 @@ condition of ItemOperations (docs/velero.md, "When an operation waits").`,
 					return err
 				}
 			}
-			explain(o.streams.Out, s, queue)
+			var stuck stuckSince
+			if kind == itemopsv1alpha1.ParentKindBackup && s.Phase == string(velerov1api.BackupPhaseReadyToStart) {
+				if stuck, err = readyToStartSince(cmd.Context(), c, o.namespace(), args[1], o.clock.Now()); err != nil {
+					return err
+				}
+			}
+			explain(o.streams.Out, s, queue, stuck)
 			return nil
 		},
 	}
+}
+
+// stuckSince is when Velero last wrote to a Backup left in a phase, and the
+// time of the reading; zero when not read.
+type stuckSince struct {
+	since, now time.Time
+}
+
+// readyToStartGrace is how long a Backup may stay ReadyToStart before it
+// counts as left there: Velero's backup controller starts one within
+// moments of the queue releasing it.
+const readyToStartGrace = time.Minute
+
+// readyToStartSince reads when Velero last wrote to the Backup (the latest
+// of its managed fields' times: its move to ReadyToStart).
+func readyToStartSince(ctx context.Context, c client.Client, namespace, name string, now time.Time) (stuckSince, error) {
+	b := &velerov1api.Backup{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, b); err != nil {
+		return stuckSince{}, err
+	}
+	var last time.Time
+	for _, f := range b.ManagedFields {
+		if f.Time != nil && f.Time.After(last) {
+			last = f.Time.Time
+		}
+	}
+	return stuckSince{since: last, now: now}, nil
 }
 
 // backupsInQueue are the Backups that Velero's queue holds or runs.
@@ -94,8 +128,9 @@ func backupsInQueue(ctx context.Context, c client.Client, namespace string) ([]v
 }
 
 // explain writes why the parent of s waits; queue are the Backups Velero's
-// queue holds or runs, for a Queued Backup.
-func explain(w io.Writer, s view.Snapshot, queue []velerov1api.Backup) {
+// queue holds or runs, for a Queued Backup; stuck when Velero last wrote
+// to a ReadyToStart one.
+func explain(w io.Writer, s view.Snapshot, queue []velerov1api.Backup, stuck stuckSince) {
 	sum := view.Summarize(s)
 	phase := cmp.Or(s.Phase, "New")
 	fmt.Fprintf(w, "%s %s/%s is %s: %d operation(s), %d completed, %d failed, %d unfinished",
@@ -109,8 +144,7 @@ func explain(w io.Writer, s view.Snapshot, queue []velerov1api.Backup) {
 	case velerov1api.BackupPhaseQueued:
 		explainQueued(w, s, queue)
 	case velerov1api.BackupPhaseReadyToStart:
-		fmt.Fprintln(w, "\nVelero has taken it from its queue; its backup controller starts it next. If it stays so, check that velero server runs:\n  kubectl -n "+
-			s.Parent.Namespace+" logs deploy/velero")
+		explainReadyToStart(w, s, stuck)
 	}
 
 	listed := 0
@@ -131,6 +165,26 @@ func explain(w io.Writer, s view.Snapshot, queue []velerov1api.Backup) {
 	if listed == 0 && sum.Running == 0 && sum.Total > 0 {
 		fmt.Fprintln(w, "\nEvery operation has completed.")
 	}
+}
+
+// explainReadyToStart says why a Backup is ReadyToStart: about to start,
+// or left there by a restart of velero server. Velero v1.18's backup
+// controller starts a Backup only as it becomes ReadyToStart (an update
+// event), and velero server at its start fails only InProgress Backups: one
+// that was ReadyToStart when the server stopped stays so for good, and
+// holds a place of --concurrent-backups.
+func explainReadyToStart(w io.Writer, s view.Snapshot, stuck stuckSince) {
+	ns, name := s.Parent.Namespace, s.Parent.Name
+	if stuck.since.IsZero() || stuck.now.Sub(stuck.since) < readyToStartGrace {
+		fmt.Fprintln(w, "\nVelero has taken it from its queue; its backup controller starts it next. If it stays so, check that velero server runs:\n  kubectl -n "+
+			ns+" logs deploy/velero")
+		return
+	}
+	fmt.Fprintf(w, "\nwaiting for ReadyToStart: it has been ReadyToStart since %s (Velero's last write to it), and Velero's backup controller "+
+		"starts a Backup only as it becomes ReadyToStart: a restart of velero server left it there, and it holds one of the backups "+
+		"Velero may run at once (--concurrent-backups).\n", stuck.since.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "  Any change to it makes Velero's backup controller look at it again and start it:\n    kubectl -n %s annotate backup %s itemops.io/restarted-at=%s --overwrite\n"+
+		"  or delete it and create it again (velero backup delete %s).\n", ns, name, stuck.now.UTC().Format("20060102T150405Z"), name)
 }
 
 func explainQueued(w io.Writer, s view.Snapshot, queue []velerov1api.Backup) {
@@ -187,15 +241,31 @@ func operationReasons(op *itemopsv1alpha1.ItemOperation) []string {
 	if c := meta.FindStatusCondition(st.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil && c.Status == metav1.ConditionFalse {
 		lines = append(lines, fmt.Sprintf("progress cannot be read (%s): %s", c.Reason, view.Printable(c.Message)))
 	}
-	if op.Spec.Cancel {
-		lines = append(lines, "cancel requested: itemops has asked the plugin to cancel it")
+	if c := meta.FindStatusCondition(st.Conditions, itemopsv1alpha1.ConditionCanceled); c != nil && c.Status == metav1.ConditionTrue {
+		lines = append(lines, fmt.Sprintf("cancel requested (%s), not ended yet: %s", c.Reason, view.Printable(c.Message)))
+	} else if op.Spec.Cancel {
+		lines = append(lines, "cancel requested: itemops has not asked the plugin yet")
 	}
 	if len(lines) == 0 {
-		if st.Description != "" {
-			lines = append(lines, "moving; the plugin says: "+view.Printable(st.Description))
-		} else {
-			lines = append(lines, "moving: nothing holds it that itemops can see")
-		}
+		lines = append(lines, movement(op))
 	}
 	return lines
+}
+
+// movement says how an operation that nothing holds moves: moving only
+// when its progress moved over the last minute (its rate), else since when
+// nothing has moved; never moving without progress.
+func movement(op *itemopsv1alpha1.ItemOperation) string {
+	st := op.Status
+	said := ""
+	if st.Description != "" {
+		said = "; the plugin says: " + view.Printable(st.Description)
+	}
+	if st.UnitsPerSecond > 0 && st.Throughput != "" {
+		return "moving at " + view.Printable(st.Throughput) + said
+	}
+	if st.LastProgressTime != nil {
+		return "no progress since " + st.LastProgressTime.UTC().Format(time.RFC3339) + " (nothing found holding it yet)" + said
+	}
+	return "no progress read yet" + said
 }

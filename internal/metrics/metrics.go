@@ -255,13 +255,20 @@ type causeKey struct {
 	cause string
 }
 
-// dataMoverCauses are the causes an operation of Velero's data mover can
-// wait on; every other plugin's operations wait on NoProgress only.
-var dataMoverCauses = []string{
-	itemopsv1alpha1.WaitingSnapshotNotReady, itemopsv1alpha1.WaitingSnapshotFailed, itemopsv1alpha1.WaitingVolumeNotProvisioned,
-	itemopsv1alpha1.WaitingPodUnschedulable, itemopsv1alpha1.WaitingPodNotRunning, itemopsv1alpha1.WaitingNoNodeAgent,
-	itemopsv1alpha1.WaitingNodeAgentBusy, itemopsv1alpha1.WaitingRepositoryNotReady, itemopsv1alpha1.WaitingNoProgress,
-}
+// pluginCauses are the causes any plugin's operations can wait on;
+// dataMoverCauses those of Velero's data mover, which can wait on them too.
+var (
+	pluginCauses = []string{
+		itemopsv1alpha1.WaitingNoProgress, itemopsv1alpha1.WaitingNotMoving, itemopsv1alpha1.WaitingVeleroNotRunning,
+		itemopsv1alpha1.WaitingCancelPending,
+	}
+	dataMoverCauses = append([]string{
+		itemopsv1alpha1.WaitingSnapshotNotReady, itemopsv1alpha1.WaitingSnapshotFailed, itemopsv1alpha1.WaitingVolumeNotProvisioned,
+		itemopsv1alpha1.WaitingPodUnschedulable, itemopsv1alpha1.WaitingPodNotRunning, itemopsv1alpha1.WaitingNoNodeAgent,
+		itemopsv1alpha1.WaitingNodeAgentBusy, itemopsv1alpha1.WaitingRepositoryNotReady, itemopsv1alpha1.WaitingPodGone,
+		itemopsv1alpha1.WaitingNodeAgentRestarted, itemopsv1alpha1.WaitingLocationUnavailable,
+	}, pluginCauses...)
+)
 
 type phaseKey struct {
 	pluginKey
@@ -299,7 +306,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		// Every plugin with operations has the unfinished gauges, at 0 once
 		// all have ended: a dashboard then shows 0, not "no data".
 		stalled[pk] += 0
-		causes := []string{itemopsv1alpha1.WaitingNoProgress}
+		causes := pluginCauses
 		if why.IsDataMover(op) {
 			causes = dataMoverCauses
 		}

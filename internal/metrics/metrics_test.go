@@ -97,17 +97,32 @@ itemops_operations_stalled{plugin="velero.io/csi-pvc-backupper",plugin_kind="Bac
 # HELP itemops_operations_waiting Unfinished ItemOperations waiting on a cause (condition Waiting=True), by plugin and cause (its reason).
 # TYPE itemops_operations_waiting gauge
 itemops_operations_waiting{cause="NoProgress",plugin="example.io/disks",plugin_kind="VolumeSnapshotter"} 0
+itemops_operations_waiting{cause="NotMoving",plugin="example.io/disks",plugin_kind="VolumeSnapshotter"} 0
+itemops_operations_waiting{cause="VeleroNotRunning",plugin="example.io/disks",plugin_kind="VolumeSnapshotter"} 0
+itemops_operations_waiting{cause="CancelPending",plugin="example.io/disks",plugin_kind="VolumeSnapshotter"} 0
 itemops_operations_waiting{cause="NoProgress",plugin="example.io/done",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="NotMoving",plugin="example.io/done",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="VeleroNotRunning",plugin="example.io/done",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="CancelPending",plugin="example.io/done",plugin_kind="BackupItemAction"} 0
 itemops_operations_waiting{cause="NoProgress",plugin="example.io/mover",plugin_kind="BackupItemAction"} 1
-itemops_operations_waiting{cause="NoNodeAgent",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
-itemops_operations_waiting{cause="NoProgress",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
-itemops_operations_waiting{cause="NodeAgentBusy",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 1
-itemops_operations_waiting{cause="PodNotRunning",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
-itemops_operations_waiting{cause="PodUnschedulable",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
-itemops_operations_waiting{cause="RepositoryNotReady",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
-itemops_operations_waiting{cause="SnapshotFailed",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="NotMoving",plugin="example.io/mover",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="VeleroNotRunning",plugin="example.io/mover",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="CancelPending",plugin="example.io/mover",plugin_kind="BackupItemAction"} 0
 itemops_operations_waiting{cause="SnapshotNotReady",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="SnapshotFailed",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
 itemops_operations_waiting{cause="VolumeNotProvisioned",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="PodUnschedulable",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="PodNotRunning",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="NoNodeAgent",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="NodeAgentBusy",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 1
+itemops_operations_waiting{cause="RepositoryNotReady",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="PodGone",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="NodeAgentRestarted",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="LocationUnavailable",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="NoProgress",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="NotMoving",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="VeleroNotRunning",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
+itemops_operations_waiting{cause="CancelPending",plugin="velero.io/csi-pvc-backupper",plugin_kind="BackupItemAction"} 0
 # HELP itemops_operation_bytes_done Bytes moved so far by unfinished operations that count in bytes, by plugin.
 # TYPE itemops_operation_bytes_done gauge
 itemops_operation_bytes_done{plugin="example.io/done",plugin_kind="BackupItemAction"} 0

@@ -96,6 +96,12 @@ type Options struct {
 	// StallAfter is how long progress may stand still before the operation
 	// gets a Stalled condition.
 	StallAfter time.Duration
+	// NotMovingAfter is how long progress may stand still before an
+	// operation nothing else explains waits on NotMoving; 0 turns it off.
+	NotMovingAfter time.Duration
+	// VeleroDeployment is the name of Velero's Deployment, whose ready
+	// pods tell whether velero server runs.
+	VeleroDeployment string
 	// CredentialsDir receives the BackupStorageLocation credentials handed to
 	// ObjectStore plugins as files; it must be writable.
 	CredentialsDir string
@@ -169,6 +175,8 @@ func New() Options {
 		ProgressUpdateInterval:  30 * time.Second,
 		MaxProgressFailures:     5,
 		StallAfter:              15 * time.Minute,
+		NotMovingAfter:          2 * time.Minute,
+		VeleroDeployment:        "velero",
 		CredentialsDir:          filepath.Join(os.TempDir(), "itemops-credentials"),
 		MetricsBindAddress:      ":8443",
 		MetricsSecure:           true,
@@ -197,6 +205,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ProgressUpdateInterval, "progress-update-interval", o.ProgressUpdateInterval, "least time between two status writes of one operation when only its progress changed")
 	fs.IntVar(&o.MaxProgressFailures, "max-progress-failures", o.MaxProgressFailures, "Progress calls in a row that may fail (plugin unreachable, past its deadline, or an error inside the call) before the operation fails")
 	fs.DurationVar(&o.StallAfter, "stall-after", o.StallAfter, "how long progress may stand still before an operation is marked Stalled")
+	fs.DurationVar(&o.NotMovingAfter, "not-moving-after", o.NotMovingAfter, "how long progress may stand still before an operation that nothing else explains waits on NotMoving (a few polls; 0 turns it off)")
+	fs.StringVar(&o.VeleroDeployment, "velero-deployment", o.VeleroDeployment, "name of Velero's Deployment in its namespace: with no ready pod, operations that do not move wait on VeleroNotRunning")
 	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "writable directory where BackupStorageLocation credentials are put for the ObjectStore plugins (mode 0600)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus metrics endpoint; 0 turns it off")
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "serve metrics over HTTPS only to callers the API server authenticates and allows to get /metrics; false serves plain HTTP to anyone who can reach the port")
@@ -227,6 +237,12 @@ func (o Options) Validate() error {
 	}
 	if problems := validation.IsDNS1123Label(o.VeleroNamespace); len(problems) > 0 {
 		errs = append(errs, fmt.Errorf("--velero-namespace %q is not a namespace name: %s", o.VeleroNamespace, strings.Join(problems, "; ")))
+	}
+	if problems := validation.IsDNS1123Subdomain(o.VeleroDeployment); len(problems) > 0 {
+		errs = append(errs, fmt.Errorf("--velero-deployment %q is not a Deployment name: %s", o.VeleroDeployment, strings.Join(problems, "; ")))
+	}
+	if o.NotMovingAfter < 0 {
+		errs = append(errs, fmt.Errorf("--not-moving-after must not be negative, got %s", o.NotMovingAfter))
 	}
 	if strings.TrimSpace(o.PluginDir) == "" {
 		errs = append(errs, errors.New("--plugin-dir must name a directory"))

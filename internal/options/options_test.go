@@ -48,6 +48,8 @@ func TestDefaultsAreValid(t *testing.T) {
 	g.Expect(o.ProgressUpdateInterval).To(Equal(30 * time.Second))
 	g.Expect(o.MaxProgressFailures).To(Equal(5))
 	g.Expect(o.StallAfter).To(Equal(15 * time.Minute))
+	g.Expect(o.NotMovingAfter).To(Equal(2 * time.Minute))
+	g.Expect(o.VeleroDeployment).To(Equal("velero"))
 	g.Expect(o.LeaderElect).To(BeFalse())
 	g.Expect(o.PprofBindAddress).To(Equal("0"))
 	g.Expect(o.MetricsBindAddress).To(Equal(":8443"))
@@ -63,7 +65,7 @@ func TestFlagsAreParsed(t *testing.T) {
 	o, err := parse("--mode=manage", "--non-durable-snapshots=Warn", "--velero-namespace=backup-system", "--plugin-dir=/opt/plugins",
 		"--sync-frequency=2s", "--max-concurrent-reconciles=32", "--plugin-call-timeout=5s",
 		"--progress-update-interval=1m", "--max-progress-failures=3", "--stall-after=30m",
-		"--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--pprof-bind-address=127.0.0.1:6060", "--leader-elect",
+		"--not-moving-after=90s", "--velero-deployment=velero-server", "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--pprof-bind-address=127.0.0.1:6060", "--leader-elect",
 		"--credentials-dir=/run/itemops/credentials", "--kube-api-qps=500", "--kube-api-burst=1000",
 		"--eta-polling", "--min-poll-interval=500ms", "--status-write-qps=20", "--metrics-cert-dir=/certs",
 		"--max-operations-file-bytes=1048576", "--max-operations-file-inflated-bytes=4194304", "--max-operations-file-records=500",
@@ -80,6 +82,8 @@ func TestFlagsAreParsed(t *testing.T) {
 		ProgressUpdateInterval:  time.Minute,
 		MaxProgressFailures:     3,
 		StallAfter:              30 * time.Minute,
+		NotMovingAfter:          90 * time.Second,
+		VeleroDeployment:        "velero-server",
 		CredentialsDir:          "/run/itemops/credentials",
 		MetricsBindAddress:      "0",
 		MetricsSecure:           true,
@@ -116,6 +120,8 @@ func TestBadValuesAreRejectedWithTheirFlag(t *testing.T) {
 		{"negative call timeout", []string{"--plugin-call-timeout=-1s"}, []string{"--plugin-call-timeout must be a positive duration, got -1s"}},
 		{"zero progress interval", []string{"--progress-update-interval=0"}, []string{"--progress-update-interval must be a positive duration"}},
 		{"zero stall", []string{"--stall-after=0"}, []string{"--stall-after must be a positive duration"}},
+		{"negative not-moving window", []string{"--not-moving-after=-1m"}, []string{"--not-moving-after must not be negative, got -1m0s"}},
+		{"Deployment name with a slash", []string{"--velero-deployment=velero/velero"}, []string{`--velero-deployment "velero/velero" is not a Deployment name`}},
 		{"not a duration", []string{"--sync-frequency=often"}, []string{`invalid value "often" for flag -sync-frequency`}},
 		{"zero concurrency", []string{"--max-concurrent-reconciles=0"}, []string{"--max-concurrent-reconciles must be at least 1, got 0"}},
 		{"zero failure budget", []string{"--max-progress-failures=0"}, []string{"--max-progress-failures must be at least 1, got 0"}},

@@ -105,7 +105,7 @@ func row(op *itemopsv1alpha1.ItemOperation) Operation {
 	// What plugins and the bucket wrote is made safe for a terminal.
 	o := Operation{Name: op.Name, ID: Printable(op.Spec.OperationID), Item: Printable(ItemOf(op)), Plugin: Printable(op.Spec.Plugin.Name),
 		Phase: phase, Done: st.NCompleted, Total: st.NTotal, Units: Printable(st.OperationUnits), Error: Printable(st.Error),
-		CancelRequested: op.Spec.Cancel}
+		CancelRequested: op.Spec.Cancel || st.Phase == itemopsv1alpha1.OperationPhaseCanceling}
 	if !phase.IsTerminal() {
 		o.Stalled = stalled(op)
 		o.WaitingFor = Printable(st.WaitingFor)

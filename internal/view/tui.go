@@ -80,6 +80,7 @@ func newLive(now func() time.Time) *live {
 		bars: map[itemopsv1alpha1.OperationPhase]progress.Model{
 			itemopsv1alpha1.OperationPhaseNew:        bar("#8a8a8a"),
 			itemopsv1alpha1.OperationPhaseInProgress: bar("#5f87ff"),
+			itemopsv1alpha1.OperationPhaseCanceling:  bar("#d7af5f"),
 			itemopsv1alpha1.OperationPhaseCompleted:  bar("#5fd787"),
 			itemopsv1alpha1.OperationPhaseFailed:     bar("#ff5f5f"),
 			itemopsv1alpha1.OperationPhaseCanceled:   bar("#ffaf00"),

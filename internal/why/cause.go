@@ -90,17 +90,88 @@ type Movement struct {
 	// Repository is the BackupRepository the data moves through, once the
 	// transfer starts.
 	Repository *velerov1api.BackupRepository
+
+	// AcceptedAt is when node-agent accepted the movement
+	// (status.acceptedTimestamp); Cancel is its spec.cancel.
+	AcceptedAt time.Time
+	Cancel     bool
+	// Location is the BackupStorageLocation the data moves to or from,
+	// read once the transfer starts; nil when not found.
+	Location *velerov1api.BackupStorageLocation
+	// Server is what Velero's Deployment says; nil when not read.
+	Server *Server
+	// PrepareTimeout is node-agent's --data-mover-prepare-timeout, read
+	// where a movement waits for it; zero when not read.
+	PrepareTimeout time.Duration
+
+	// Now is the time of the reading; Deadline when the operation's
+	// timeout ends it (zero when unknown); CancelAt when itemops asked the
+	// plugin to cancel it (zero when it did not).
+	Now, Deadline, CancelAt time.Time
+	// VeleroRecords: Velero records the operation's end (observe mode),
+	// not the plugin's progress.
+	VeleroRecords bool
+}
+
+// Checked is what the reading of a movement looked at, for the message of
+// an operation that does not move and that nothing of it explains.
+func (m Movement) Checked() []string {
+	checked := []string{fmt.Sprintf("%s %s (%s)", m.Kind, m.Name, cmpOr(m.Phase, phaseNew))}
+	switch m.Phase {
+	case phaseAccepted, phasePrepared:
+		if m.Pod != nil {
+			checked = append(checked, fmt.Sprintf("its pod (%s)", m.Pod.Status.Phase))
+		}
+	}
+	if m.NodeAgentPods != nil {
+		checked = append(checked, "node-agent ("+runningSummary(m.NodeAgentPods)+")")
+	}
+	if m.Concurrency > 0 {
+		checked = append(checked, fmt.Sprintf("node-agent's load (%d of %d data paths busy on %s)", len(m.Running), m.Concurrency, m.Node))
+	}
+	if m.Location != nil {
+		checked = append(checked, fmt.Sprintf("the location %s (%s)", m.Location.Name, cmpOr(string(m.Location.Status.Phase), "no phase yet")))
+	}
+	if m.Repository != nil {
+		checked = append(checked, fmt.Sprintf("the repository %s (%s)", m.Repository.Name, cmpOr(string(m.Repository.Status.Phase), "New")))
+	}
+	if m.Server != nil {
+		checked = append(checked, m.Server.Summary())
+	}
+	return checked
+}
+
+func cmpOr(s, or string) string {
+	if s == "" {
+		return or
+	}
+	return s
 }
 
 // Diagnose is the cause a data movement waits on, or nil when nothing
-// holds it (it runs, or ended, or waits on nothing itemops can name).
+// holds it (it runs, or ended, or waits on nothing itemops can name). A
+// movement whose cancel was requested waits on that cancel: what Velero
+// does with the request in its phase, and what else holds it.
 func Diagnose(m Movement) *Cause {
+	c := diagnose(m)
+	if m.Cancel && !ended(m.Phase) {
+		return cancelPending(m, c)
+	}
+	return c
+}
+
+func diagnose(m Movement) *Cause {
 	switch m.Phase {
 	case "", phaseNew:
 		if !anyNodeAgentRunning(m.NodeAgentPods) {
 			return noNodeAgent(m, "")
 		}
 	case phaseAccepted:
+		// What Velero itself no longer moves on comes first: a snapshot
+		// that is not ready does not matter once nothing exposes it.
+		if c := exposureLost(m); c != nil {
+			return c
+		}
 		if c := snapshotCause(m); c != nil {
 			return c
 		}
@@ -129,6 +200,9 @@ func Diagnose(m Movement) *Cause {
 			}
 		}
 	case phaseInProgress:
+		if c := locationCause(m); c != nil {
+			return c
+		}
 		if c := repositoryCause(m); c != nil {
 			return c
 		}
@@ -354,6 +428,9 @@ func repositoryCause(m Movement) *Cause {
 		Evidence: fmt.Sprintf("BackupRepository %s/%s that %s %s moves data through is %s", repo.Namespace, repo.Name, m.Kind, m.Name, phase),
 	}
 	if phase == velerov1api.BackupRepositoryPhaseNew {
+		if m.Server != nil && !m.Server.Running() {
+			return serverDown(m.Server, c.Evidence+", and nothing initializes it")
+		}
 		c.Action = "Velero's server has not initialized it yet: check that velero server runs and what its log says of the repository (velero repo get)"
 		return c
 	}

@@ -76,6 +76,14 @@ func TestDiagnose(t *testing.T) {
 		}
 		return vs
 	}
+	bound := func(created time.Time) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "b1-x7k2p", CreationTimestamp: metav1.NewTime(created)},
+			Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
+	}
+	location := func(phase velerov1api.BackupStorageLocationPhase, message string) *velerov1api.BackupStorageLocation {
+		return &velerov1api.BackupStorageLocation{ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "default"},
+			Status: velerov1api.BackupStorageLocationStatus{Phase: phase, Message: message, LastValidationTime: &t0}}
+	}
 	repo := func(phase velerov1api.BackupRepositoryPhase, message string) *velerov1api.BackupRepository {
 		return &velerov1api.BackupRepository{ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "app-default-kopia-x"},
 			Status: velerov1api.BackupRepositoryStatus{Phase: phase, Message: message}}
@@ -180,6 +188,90 @@ func TestDiagnose(t *testing.T) {
 				m.Phase = phaseInProgress
 			}},
 		{name: "completed", edit: func(m *Movement) { m.Phase, m.NodeAgentPods = "Completed", nil }},
+
+		// Where Velero itself is stuck.
+		{name: "accepted, exposed volume, its pod deleted", reason: itemopsv1alpha1.WaitingPodGone,
+			edit: func(m *Movement) {
+				m.Phase, m.AcceptedAt, m.Now = phaseAccepted, t0.Time, t0.Add(2*time.Minute)
+				m.Volume = bound(t0.Add(time.Second))
+			}, says: []string{"volume velero/b1-x7k2p was exposed at 2026-11-28T10:00:01Z", "pod velero/b1-x7k2p does not exist",
+				"prepare timeout (30m0s, --data-mover-prepare-timeout) at 2026-11-28T10:30:00Z", "cancels an Accepted DataUpload once it has seen the request for 5m0s"}},
+		{name: "accepted, volume just exposed, its pod not made yet",
+			edit: func(m *Movement) {
+				m.Phase, m.AcceptedAt, m.Now = phaseAccepted, t0.Time, t0.Add(10*time.Second)
+				m.Volume = bound(t0.Add(5 * time.Second))
+			}},
+		{name: "accepted, its pod deleted, the operation's timeout first", reason: itemopsv1alpha1.WaitingPodGone,
+			edit: func(m *Movement) {
+				m.Phase, m.AcceptedAt, m.Now, m.PrepareTimeout = phaseAccepted, t0.Time, t0.Add(2*time.Minute), 2*time.Hour
+				m.Deadline = t0.Add(time.Hour)
+				m.Volume = bound(t0.Add(time.Second))
+			}, says: []string{"the operation's timeout ends it at 2026-11-28T11:00:00Z, before node-agent's prepare timeout (2h0m0s)"}},
+		{name: "accepted, node-agent restarted before exposing it, not busy", reason: itemopsv1alpha1.WaitingNodeAgentRestarted,
+			edit: func(m *Movement) {
+				m.Phase, m.AcceptedAt, m.AcceptedBy, m.Now = phaseAccepted, t0.Time, "node-1", t0.Add(3*time.Minute)
+				m.NodeAgentPods[0].CreationTimestamp = metav1.NewTime(t0.Add(time.Minute))
+				m.Concurrency, m.Running = 1, nil
+				// Its snapshot is not ready: nothing would expose it anyway.
+				m.Snapshot = snapshot(false, "")
+			}, says: []string{"accepted at 2026-11-28T10:00:00Z by node-agent on node-1", "started again at 2026-11-28T10:01:00Z",
+				"not busy: 0 of its 1 data path(s)", "prepare timeout"}},
+		{name: "accepted, node-agent's container restarted before exposing it", reason: itemopsv1alpha1.WaitingNodeAgentRestarted,
+			edit: func(m *Movement) {
+				m.Phase, m.AcceptedAt, m.AcceptedBy, m.Now = phaseAccepted, t0.Time, "node-1", t0.Add(3*time.Minute)
+				m.NodeAgentPods[0].CreationTimestamp = metav1.NewTime(t0.Add(-time.Hour))
+				m.NodeAgentPods[0].Status.ContainerStatuses = []corev1.ContainerStatus{{State: corev1.ContainerState{
+					Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(t0.Add(time.Minute))}}}}
+			}, says: []string{"started again at 2026-11-28T10:01:00Z"}},
+		{name: "accepted, node-agent started before it accepted: its snapshot holds it", reason: itemopsv1alpha1.WaitingSnapshotNotReady,
+			edit: func(m *Movement) {
+				m.Phase, m.AcceptedAt, m.AcceptedBy, m.Now = phaseAccepted, t0.Time, "node-1", t0.Add(3*time.Minute)
+				m.NodeAgentPods[0].CreationTimestamp = metav1.NewTime(t0.Add(-time.Hour))
+				m.Snapshot = snapshot(false, "")
+			}},
+		{name: "accepted, node-agent restarted, the pod made: it goes on",
+			edit: func(m *Movement) {
+				m.Phase, m.AcceptedAt, m.AcceptedBy, m.Now = phaseAccepted, t0.Time, "node-1", t0.Add(3*time.Minute)
+				m.NodeAgentPods[0].CreationTimestamp = metav1.NewTime(t0.Add(time.Minute))
+				m.Pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "b1-x7k2p"}, Spec: corev1.PodSpec{NodeName: "node-1"},
+					Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+			}},
+		{name: "in progress, location unavailable", reason: itemopsv1alpha1.WaitingLocationUnavailable,
+			edit: func(m *Movement) {
+				m.Phase, m.Repository = phaseInProgress, repo(velerov1api.BackupRepositoryPhaseReady, "")
+				m.Location = location(velerov1api.BackupStorageLocationPhaseUnavailable, "BackupStorageLocation \"default\" is unavailable: dial tcp: connection refused")
+			}, says: []string{"BackupStorageLocation velero/default that DataUpload b1-x7k2p moves data through is Unavailable",
+				"Velero's check at 2026-11-28T10:00:00Z", "connection refused", "velero backup-location get default"}},
+		{name: "in progress, location available",
+			edit: func(m *Movement) {
+				m.Phase, m.Repository = phaseInProgress, repo(velerov1api.BackupRepositoryPhaseReady, "")
+				m.Location = location(velerov1api.BackupStorageLocationPhaseAvailable, "")
+			}},
+		{name: "in progress, repository new and velero server scaled to 0", reason: itemopsv1alpha1.WaitingVeleroNotRunning,
+			edit: func(m *Movement) {
+				m.Phase, m.Repository = phaseInProgress, repo("", "")
+				m.Server = &Server{Namespace: "velero", Name: "velero", Found: true, Observed: true}
+			}, says: []string{"app-default-kopia-x", "nothing initializes it", "Deployment velero/velero is scaled to 0", "--replicas=1"}},
+		{name: "in progress, repository new, velero server's pod not ready", reason: itemopsv1alpha1.WaitingVeleroNotRunning,
+			edit: func(m *Movement) {
+				m.Phase, m.Repository = phaseInProgress, repo("", "")
+				m.Server = &Server{Namespace: "velero", Name: "velero", Found: true, Observed: true, Replicas: 1}
+			}, says: []string{"no ready pod (0 of 1 ready)", "describe pods -l deploy=velero"}},
+		{name: "in progress, repository new, a Deployment nobody keeps the status of", reason: itemopsv1alpha1.WaitingRepositoryNotReady,
+			edit: func(m *Movement) {
+				m.Phase, m.Repository = phaseInProgress, repo("", "")
+				m.Server = &Server{Namespace: "velero", Name: "velero", Found: true, Replicas: 1}
+			}},
+		{name: "accepted, cancel requested, its pod gone", reason: itemopsv1alpha1.WaitingCancelPending,
+			edit: func(m *Movement) {
+				m.Phase, m.AcceptedAt, m.Now, m.Cancel, m.CancelAt = phaseAccepted, t0.Time, t0.Add(4*time.Minute), true, t0.Add(3*time.Minute)
+				m.Volume, m.VeleroRecords = bound(t0.Add(time.Second)), true
+			}, says: []string{"itemops asked the plugin to cancel at 2026-11-28T10:03:00Z", "spec.cancel is set on DataUpload b1-x7k2p, which is Accepted",
+				"meanwhile DataUpload b1-x7k2p is Accepted and its volume", "about 2026-11-28T10:09:00Z", "ends as Velero records it"}},
+		{name: "in progress, cancel requested", reason: itemopsv1alpha1.WaitingCancelPending,
+			edit: func(m *Movement) { m.Phase, m.Cancel = phaseInProgress, true },
+			says: []string{"stops the transfer (Canceling)", "ends as the plugin's progress reports it"}},
+		{name: "canceled: ended", edit: func(m *Movement) { m.Phase, m.Cancel = "Canceled", true }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -220,6 +312,51 @@ func TestStalled(t *testing.T) {
 	}
 	if strings.Contains(Stalled("p", "", since).Message(), "plugin says") {
 		t.Error("a plugin that says nothing is quoted")
+	}
+}
+
+func TestNotMovingSaysWhatWasChecked(t *testing.T) {
+	since := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	m := movement(phaseInProgress)
+	m.Location = &velerov1api.BackupStorageLocation{ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Status: velerov1api.BackupStorageLocationStatus{Phase: velerov1api.BackupStorageLocationPhaseAvailable}}
+	m.Repository = &velerov1api.BackupRepository{ObjectMeta: metav1.ObjectMeta{Name: "app-default-kopia-x"},
+		Status: velerov1api.BackupRepositoryStatus{Phase: velerov1api.BackupRepositoryPhaseReady}}
+	m.Server = &Server{Namespace: "velero", Name: "velero", Found: true, Observed: true, Replicas: 1, Ready: 1}
+	c := NotMoving("velero.io/csi-pvc-backupper", "InProgress", since, m.Checked())
+	if c.Reason != itemopsv1alpha1.WaitingNotMoving {
+		t.Fatalf("reason %s", c.Reason)
+	}
+	for _, s := range []string{"no progress since 2026-12-06T09:00:00Z", "DataUpload b1-x7k2p (InProgress)", "node-agent (node-agent runs on node-1)",
+		"the location default (Available)", "the repository app-default-kopia-x (Ready)", "velero server (Deployment velero/velero: 1 of 1 ready)",
+		"the plugin says: InProgress"} {
+		if !strings.Contains(c.Message(), s) {
+			t.Errorf("message %q does not say %q", c.Message(), s)
+		}
+	}
+	if got := NotMoving("p", "", since, nil).Message(); !strings.Contains(got, "checked: the plugin's progress") {
+		t.Errorf("a plugin's operation: %q", got)
+	}
+}
+
+func TestServerRunning(t *testing.T) {
+	for _, tt := range []struct {
+		s    *Server
+		want bool
+	}{
+		{nil, true},
+		{&Server{}, true},
+		{&Server{Found: true, Replicas: 1}, true},
+		{&Server{Found: true, Observed: true, Replicas: 1}, false},
+		{&Server{Found: true, Observed: true}, false},
+		{&Server{Found: true, Observed: true, Replicas: 1, Ready: 1}, true},
+	} {
+		if got := tt.s.Running(); got != tt.want {
+			t.Errorf("%+v: Running() = %t, want %t", tt.s, got, tt.want)
+		}
+		if NotRunning(tt.s, time.Time{}) != nil == tt.want {
+			t.Errorf("%+v: NotRunning disagrees with Running", tt.s)
+		}
 	}
 }
 

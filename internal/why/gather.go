@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -72,6 +73,8 @@ const defaultConcurrency = 1
 
 // Gatherer reads what the cluster says about data movements.
 type Gatherer struct {
+	// Server, when set, reads Velero's Deployment.
+	Server *ServerWatch
 	// Reader reads what is read at every poll, in Velero's namespace:
 	// DataUploads, DataDownloads, pods and BackupRepositories (the
 	// manager's cache).
@@ -90,14 +93,32 @@ func (g *Gatherer) direct() client.Reader {
 	return g.Reader
 }
 
-// Cause is why the data mover operation op waits, or nil when nothing
-// holds it or its DataUpload or DataDownload is not there (yet).
-func (g *Gatherer) Cause(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (*Cause, error) {
+// When is what the caller knows of an operation's times: now, when its
+// timeout ends it, and when itemops asked its plugin to cancel it (zero
+// when unknown or never).
+type When struct {
+	Now, Deadline, CancelAt time.Time
+	// VeleroRecords: Velero records the operation's end (observe mode).
+	VeleroRecords bool
+}
+
+// Finding is what the reading of a data movement found: the cause it
+// waits on (nil when none), and what was looked at.
+type Finding struct {
+	Cause   *Cause
+	Checked []string
+}
+
+// Cause is why the data mover operation op waits (no cause when nothing
+// holds it or its DataUpload or DataDownload is not there yet), and what
+// was checked.
+func (g *Gatherer) Cause(ctx context.Context, op *itemopsv1alpha1.ItemOperation, when When) (Finding, error) {
 	m, found, err := g.Movement(ctx, op)
 	if err != nil || !found {
-		return nil, err
+		return Finding{}, err
 	}
-	return Diagnose(m), nil
+	m.Now, m.Deadline, m.CancelAt, m.VeleroRecords = when.Now, when.Deadline, when.CancelAt, when.VeleroRecords
+	return Finding{Cause: Diagnose(m), Checked: m.Checked()}, nil
 }
 
 // Movement reads the data movement of op (a data mover operation) and what
@@ -121,6 +142,10 @@ func (g *Gatherer) Movement(ctx context.Context, op *itemopsv1alpha1.ItemOperati
 		m.Kind, m.Name, m.Phase = "DataUpload", du.Name, string(du.Status.Phase)
 		m.Node, m.AcceptedBy = du.Status.Node, du.Status.AcceptedByNode
 		sourceNS, location = du.Spec.SourceNamespace, du.Spec.BackupStorageLocation
+		m.Cancel = du.Spec.Cancel
+		if t := du.Status.AcceptedTimestamp; t != nil {
+			m.AcceptedAt = t.Time
+		}
 		if du.Spec.CSISnapshot != nil {
 			sourceSnapshot = du.Spec.CSISnapshot.VolumeSnapshot
 		}
@@ -136,6 +161,10 @@ func (g *Gatherer) Movement(ctx context.Context, op *itemopsv1alpha1.ItemOperati
 		m.Kind, m.Name, m.Phase = "DataDownload", dd.Name, string(dd.Status.Phase)
 		m.Node, m.AcceptedBy = dd.Status.Node, dd.Status.AcceptedByNode
 		sourceNS, location = dd.Spec.SourceNamespace, dd.Spec.BackupStorageLocation
+		m.Cancel = dd.Spec.Cancel
+		if t := dd.Status.AcceptedTimestamp; t != nil {
+			m.AcceptedAt = t.Time
+		}
 	default:
 		return m, false, nil
 	}
@@ -149,12 +178,51 @@ func (g *Gatherer) Movement(ctx context.Context, op *itemopsv1alpha1.ItemOperati
 	switch m.Phase {
 	case phaseAccepted:
 		err = g.exposed(ctx, &m, sourceNS, sourceSnapshot)
+		if err == nil && m.Pod == nil && !m.AcceptedAt.IsZero() {
+			err = g.unexposed(ctx, &m)
+		}
 	case phasePrepared:
-		err = g.load(ctx, &m)
+		err = g.load(ctx, &m, m.Node)
 	case phaseInProgress:
-		err = g.repository(ctx, &m, sourceNS, location)
+		if err = g.location(ctx, &m, location); err == nil {
+			err = g.repository(ctx, &m, sourceNS, location)
+		}
+	}
+	if err == nil && g.Server != nil {
+		m.Server, err = g.Server.Server(ctx)
 	}
 	return m, true, err
+}
+
+// unexposed reads, for an Accepted movement without a pod, what tells
+// whether anything will expose it and when node-agent gives up: node-agent's
+// prepare timeout and, when node-agent restarted since it accepted the
+// movement, the load of its node.
+func (g *Gatherer) unexposed(ctx context.Context, m *Movement) error {
+	ds, err := g.nodeAgentDaemonSet(ctx, m.Namespace)
+	if err != nil {
+		return err
+	}
+	m.PrepareTimeout = prepareTimeout(ds)
+	if pod, _ := startedSince(m.NodeAgentPods, m.AcceptedBy, m.AcceptedAt); pod != nil {
+		return g.load(ctx, m, m.AcceptedBy)
+	}
+	return nil
+}
+
+// location reads the BackupStorageLocation the movement moves data through.
+func (g *Gatherer) location(ctx context.Context, m *Movement, name string) error {
+	if name == "" {
+		return nil
+	}
+	bsl := &velerov1api.BackupStorageLocation{}
+	switch err := g.Reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: name}, bsl); {
+	case err == nil:
+		m.Location = bsl
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("reading BackupStorageLocation %s: %w", name, err)
+	}
+	return nil
 }
 
 func (g *Gatherer) nodeAgentPods(ctx context.Context, m *Movement) error {
@@ -242,13 +310,13 @@ func unreadable(err error) bool {
 		strings.Contains(err.Error(), "no matches for kind")
 }
 
-// load reads how many data paths node-agent may run on the movement's node
-// and which run there now.
-func (g *Gatherer) load(ctx context.Context, m *Movement) error {
-	if m.Node == "" {
+// load reads how many data paths node-agent may run on node and which
+// run there now, besides the movement.
+func (g *Gatherer) load(ctx context.Context, m *Movement, node string) error {
+	if node == "" {
 		return nil
 	}
-	limit, err := g.concurrency(ctx, m.Namespace, m.Node)
+	limit, err := g.concurrency(ctx, m.Namespace, node)
 	if err != nil {
 		return err
 	}
@@ -259,7 +327,7 @@ func (g *Gatherer) load(ctx context.Context, m *Movement) error {
 	}
 	for i := range uploads.Items {
 		u := &uploads.Items[i]
-		if u.Status.Phase == velerov2alpha1.DataUploadPhaseInProgress && u.Status.Node == m.Node && u.Name != m.Name {
+		if u.Status.Phase == velerov2alpha1.DataUploadPhaseInProgress && u.Status.Node == node && u.Name != m.Name {
 			m.Running = append(m.Running, "DataUpload/"+u.Name)
 		}
 	}
@@ -269,7 +337,7 @@ func (g *Gatherer) load(ctx context.Context, m *Movement) error {
 	}
 	for i := range downloads.Items {
 		d := &downloads.Items[i]
-		if d.Status.Phase == velerov2alpha1.DataDownloadPhaseInProgress && d.Status.Node == m.Node && d.Name != m.Name {
+		if d.Status.Phase == velerov2alpha1.DataDownloadPhaseInProgress && d.Status.Node == node && d.Name != m.Name {
 			m.Running = append(m.Running, "DataDownload/"+d.Name)
 		}
 	}
@@ -281,12 +349,9 @@ func (g *Gatherer) load(ctx context.Context, m *Movement) error {
 // --node-agent-configmap, its global number, else the least per-node rule
 // matching the node's labels.
 func (g *Gatherer) concurrency(ctx context.Context, namespace, node string) (int, error) {
-	ds := &appsv1.DaemonSet{}
-	if err := g.direct().Get(ctx, client.ObjectKey{Namespace: namespace, Name: nodeAgent}, ds); err != nil {
-		if apierrors.IsNotFound(err) {
-			return defaultConcurrency, nil
-		}
-		return 0, fmt.Errorf("reading node-agent's DaemonSet: %w", err)
+	ds, err := g.nodeAgentDaemonSet(ctx, namespace)
+	if err != nil || ds == nil {
+		return defaultConcurrency, err
 	}
 	name := configMapName(ds)
 	if name == "" {
@@ -338,15 +403,46 @@ func Concurrency(lc *velerotypes.LoadConcurrency, nodeLabels labels.Set) int {
 	return global
 }
 
+// nodeAgentDaemonSet reads node-agent's DaemonSet; nil when there is none.
+func (g *Gatherer) nodeAgentDaemonSet(ctx context.Context, namespace string) (*appsv1.DaemonSet, error) {
+	ds := &appsv1.DaemonSet{}
+	if err := g.direct().Get(ctx, client.ObjectKey{Namespace: namespace, Name: nodeAgent}, ds); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading node-agent's DaemonSet: %w", err)
+	}
+	return ds, nil
+}
+
 // configMapName is the ConfigMap node-agent's container is started with.
 func configMapName(ds *appsv1.DaemonSet) string {
+	return nodeAgentFlag(ds, "node-agent-configmap")
+}
+
+// prepareTimeout is node-agent's --data-mover-prepare-timeout, as its
+// DaemonSet starts it; the default when it sets none or one node-agent
+// would refuse.
+func prepareTimeout(ds *appsv1.DaemonSet) time.Duration {
+	if ds == nil {
+		return DefaultPrepareTimeout
+	}
+	if d, err := time.ParseDuration(nodeAgentFlag(ds, "data-mover-prepare-timeout")); err == nil && d > 0 {
+		return d
+	}
+	return DefaultPrepareTimeout
+}
+
+// nodeAgentFlag is the value of a flag node-agent's container is started
+// with, or "".
+func nodeAgentFlag(ds *appsv1.DaemonSet, name string) string {
 	for _, c := range ds.Spec.Template.Spec.Containers {
 		args := append(append([]string(nil), c.Command...), c.Args...)
 		for i, a := range args {
-			if v, ok := strings.CutPrefix(a, "--node-agent-configmap="); ok {
+			if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
 				return v
 			}
-			if a == "--node-agent-configmap" && i+1 < len(args) {
+			if a == "--"+name && i+1 < len(args) {
 				return args[i+1]
 			}
 		}

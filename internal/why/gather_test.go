@@ -19,6 +19,7 @@ package why
 import (
 	"context"
 	"testing"
+	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -112,10 +113,11 @@ func TestMovementReadWhileItMovesOn(t *testing.T) {
 			vs.Status = &snapshotv1.VolumeSnapshotStatus{ReadyToUse: ptr.To(true)}
 			return c.Update(context.Background(), vs)
 		}}
-		cause, err := (&Gatherer{Reader: world}).Cause(context.Background(), op)
+		found, err := (&Gatherer{Reader: world}).Cause(context.Background(), op, When{Now: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
+		cause := found.Cause
 		if world.reads <= after {
 			// The poll ended before the change: every read point was tried.
 			break

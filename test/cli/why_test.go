@@ -18,6 +18,7 @@ package cli
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"time"
 
@@ -83,6 +84,9 @@ var _ = Describe("kubectl itemops why", func() {
 			g.Expect(env.Client.Patch(ctx, backup, client.MergeFrom(original))).To(Succeed())
 		}
 
+		// Left ReadyToStart: Velero's last write to it is its creation here.
+		backupIn(t, ns, "nightly-2", velerov1api.BackupPhaseReadyToStart, 0)
+
 		clock := clocktesting.NewFakePassiveClock(now)
 		for _, c := range []struct {
 			golden string
@@ -91,11 +95,15 @@ var _ = Describe("kubectl itemops why", func() {
 			{"why-backup.golden", []string{"why", "backup", "nightly-3", "-n", ns}},
 			{"why-queued.golden", []string{"why", "backup", "nightly-4", "-n", ns}},
 			{"get-waiting.golden", []string{"get", "backup", "nightly-3", "-n", ns}},
+			{"why-readytostart.golden", []string{"why", "backup", "nightly-2", "-n", ns}},
 		} {
 			r := kubectlItemops(ctx, clock, c.args...)
 			g.Expect(r.code).To(Equal(0), r.err)
-			// The namespace is the test's own, new at each run.
-			golden(t, c.golden, strings.ReplaceAll(r.out, ns+"/", "velero/"))
+			// The namespace is the test's own, new at each run, and so are
+			// the times.
+			out := strings.ReplaceAll(strings.ReplaceAll(r.out, ns+"/", "velero/"), "-n "+ns+" ", "-n velero ")
+			out = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ|\d{8}T\d{6}Z`).ReplaceAllString(out, "TIME")
+			golden(t, c.golden, out)
 		}
 		r := kubectlItemops(ctx, clock, "why", "restore", "absent", "-n", ns)
 		g.Expect(r.code).To(Equal(1))

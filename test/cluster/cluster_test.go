@@ -743,6 +743,8 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		endsCountedOnce(ctx, "to-observe", true)
 	})
 
+	veleroStuckObserved()
+
 	It("observe -> manage by docs/velero.md's commands, a Backup counted by Velero in flight", func(ctx SpecContext) {
 		inFlight(ctx, "switch-3", "to-manage-again")
 		Expect(s.RunDoc(ctx, "docs/velero.md", "to-manage")).To(Succeed())

@@ -550,6 +550,8 @@ EOF`)
 		waitEnds(ctx, "Restore", "why-taint-back", string(velerov1api.RestorePhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingNoNodeAgent}})
 		Expect(volumeSum(ctx, "why-taint-restored", "tainted")).To(Equal(volumeSums["why-taint/tainted"]), "the restored volume's files")
 	})
+
+	veleroStuckManaged()
 }
 
 // volumeHandle is the CSI volume of a PVC: the driver's ID of it.

@@ -34,6 +34,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -590,6 +591,31 @@ var _ = Describe("A Backup beside the real velero server", func() {
 		}, 60*time.Second, 200*time.Millisecond).Should(BeTrue(), "Velero deleted the backup")
 		_, err := os.Stat(veleroenv.BackupOperationsFile(bucketDir, b.Name))
 		g.Expect(os.IsNotExist(err)).To(BeTrue(), "Velero removed the backup's files")
+	})
+
+	// What kubectl itemops why tells of a Backup left ReadyToStart (a
+	// restart of velero server), and what it tells to do, against the real
+	// velero server: Velero's informer lists such a Backup as a create at
+	// its start, which its backup controller ignores.
+	It("a Backup left ReadyToStart is never started, until any change to it", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		startVelero(t)
+		g.Expect(waitForLocation(ctx)).To(Succeed())
+		sourceNamespace(t, "stranded")
+		b := &velerov1api.Backup{
+			ObjectMeta: metav1.ObjectMeta{Name: "stranded-1", Namespace: envtest.VeleroNamespace},
+			Spec:       velerov1api.BackupSpec{IncludedNamespaces: []string{"stranded"}, StorageLocation: veleroenv.Location},
+			Status:     velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseReadyToStart},
+		}
+		g.Expect(env.Client.Create(ctx, b)).To(Succeed())
+		g.Consistently(backupPhase(b), 15*time.Second, time.Second).Should(Equal(velerov1api.BackupPhaseReadyToStart),
+			"velero server starts no Backup that was ReadyToStart before it looked")
+		g.Expect(env.Client.Patch(ctx, b, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"itemops.io/restarted-at":"now"}}}`)))).To(Succeed())
+		g.Eventually(backupPhase(b), 60*time.Second, 200*time.Millisecond).Should(Equal(velerov1api.BackupPhaseCompleted),
+			"the change made Velero's backup controller start it")
 	})
 
 	// It runs `velero backup describe
