@@ -183,8 +183,8 @@ func explainReadyToStart(w io.Writer, s view.Snapshot, stuck stuckSince) {
 	fmt.Fprintf(w, "\nwaiting for ReadyToStart: it has been ReadyToStart since %s (Velero's last write to it), and Velero's backup controller "+
 		"starts a Backup only as it becomes ReadyToStart: a restart of velero server left it there, and it holds one of the backups "+
 		"Velero may run at once (--concurrent-backups).\n", stuck.since.UTC().Format(time.RFC3339))
-	fmt.Fprintf(w, "  Any change to it makes Velero's backup controller look at it again and start it:\n    kubectl -n %s annotate backup %s itemops.io/restarted-at=%s --overwrite\n"+
-		"  or delete it and create it again (velero backup delete %s).\n", ns, name, stuck.now.UTC().Format("20060102T150405Z"), name)
+	fmt.Fprintf(w, "  Any change to it makes Velero's backup controller look at it again and start it:\n    kubectl -n %s annotate backup %s itemops.io/restarted-at=%s --overwrite\n",
+		ns, name, stuck.now.UTC().Format("20060102T150405Z"))
 }
 
 func explainQueued(w io.Writer, s view.Snapshot, queue []velerov1api.Backup) {
