@@ -168,7 +168,7 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 	}
 	message := why + "; " + answer
 	if phase == itemopsv1alpha1.OperationPhaseCanceling {
-		message += "; " + r.outcomeFrom()
+		message += "; " + r.outcomeFrom(op)
 		ctrl.LoggerFrom(ctx).Info("asked the plugin to cancel the operation", "reason", string(reason), "message", message)
 		emit(r.Recorder, op, corev1.EventTypeWarning, reason, "Cancel: "+message)
 		setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, string(reason), message, now)
@@ -183,10 +183,20 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 	return nil
 }
 
+// veleroRecords reports whether Velero records op's end: observe mode
+// (VeleroRecordsEnds), for an operation read from Velero's operations file.
+// Velero does not follow the snapshots of VolumeSnapshotters (itemops
+// follows them from its records of the Backup's volume snapshots), nor
+// operations it has no record of.
+func (r *ItemOperationReconciler) veleroRecords(op *itemopsv1alpha1.ItemOperation) bool {
+	_, recorded := op.Annotations[itemopsv1alpha1.AnnotationRecordStatus]
+	return r.VeleroRecordsEnds && recorded && op.Spec.Plugin.Kind != itemopsv1alpha1.PluginKindVolumeSnapshotter
+}
+
 // outcomeFrom says who records the end of an operation whose cancel was
 // requested.
-func (r *ItemOperationReconciler) outcomeFrom() string {
-	if r.VeleroRecordsEnds {
+func (r *ItemOperationReconciler) outcomeFrom(op *itemopsv1alpha1.ItemOperation) string {
+	if r.veleroRecords(op) {
 		return "it ends as Velero records it"
 	}
 	return "it ends as the plugin's progress reports it"
@@ -207,7 +217,7 @@ func (r *ItemOperationReconciler) end(op *itemopsv1alpha1.ItemOperation, phase i
 		r.finish(op, phase, now)
 		return
 	}
-	if r.VeleroRecordsEnds {
+	if r.veleroRecords(op) {
 		said := pluginReported + string(phase)
 		if op.Status.Error != "" {
 			said += ": " + op.Status.Error

@@ -93,11 +93,12 @@ type ItemOperationReconciler struct {
 	// always itemops' to enforce.
 	VeleroTimesOut bool
 	// VeleroRecordsEnds: Velero's own operations controllers run beside
-	// itemops (observe mode) and record how each operation ended. A
-	// requested cancel is then not an outcome until Velero records one:
-	// the operation stays Canceling whatever itemops' own polls read, and
-	// ends as Velero's record says. In manage mode the plugin's Progress
-	// ends it.
+	// itemops (observe mode) and record how each operation of their files
+	// ended. A requested cancel of such an operation is then not an
+	// outcome until Velero records one: it stays Canceling whatever
+	// itemops' own polls read, and ends as Velero's record says. In manage
+	// mode, and for the snapshots of VolumeSnapshotters, which Velero does
+	// not follow, the plugin's Progress ends it.
 	VeleroRecordsEnds bool
 
 	// SyncFrequency is the time between two polls of an operation in progress.

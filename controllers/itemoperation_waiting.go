@@ -74,14 +74,14 @@ func (r *ItemOperationReconciler) explain(ctx context.Context, op *itemopsv1alph
 	var checked []string
 	if r.Causes != nil && why.IsDataMover(op) {
 		deadline, _ := r.deadline(op, parent)
-		cause, checked = r.dataMoverCause(ctx, op, why.When{Now: now, Deadline: deadline, CancelAt: cancelAt(op), VeleroRecords: r.VeleroRecordsEnds})
+		cause, checked = r.dataMoverCause(ctx, op, why.When{Now: now, Deadline: deadline, CancelAt: cancelAt(op), VeleroRecords: r.veleroRecords(op)})
 	}
 	if cause == nil && op.Status.Phase == itemopsv1alpha1.OperationPhaseCanceling {
 		reported := ""
 		if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil && strings.HasPrefix(c.Message, pluginReported) {
 			reported = c.Message
 		}
-		c := why.CancelRequested(op.Spec.Plugin.Name, cancelAt(op), r.VeleroRecordsEnds, reported)
+		c := why.CancelRequested(op.Spec.Plugin.Name, cancelAt(op), r.veleroRecords(op), reported)
 		cause = &c
 	}
 	stalled := meta.IsStatusConditionTrue(op.Status.Conditions, itemopsv1alpha1.ConditionStalled)

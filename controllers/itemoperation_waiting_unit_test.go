@@ -36,6 +36,7 @@ import (
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/internal/plugin"
+	"github.com/itemops/itemops/internal/store"
 	"github.com/itemops/itemops/internal/why"
 )
 
@@ -67,6 +68,13 @@ func (p *heldPlugin) Progress(context.Context, plugin.Operation) (velero.Operati
 func (p *heldPlugin) Cancel(context.Context, plugin.Operation) error {
 	p.cancels++
 	return nil
+}
+
+// fixedLocation is any VolumeSnapshotLocation, configured with nothing.
+type fixedLocation struct{}
+
+func (fixedLocation) SnapshotLocation(context.Context, string) (store.SnapshotLocation, error) {
+	return store.SnapshotLocation{}, nil
 }
 
 // fixedServer says what Velero's Deployment says.
@@ -249,6 +257,9 @@ var _ = Describe("No claim without evidence", Label("unit"), func() {
 			start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 			clock := clocktesting.NewFakeClock(start)
 			c, op := oneWaitingOperation(t, "example.io/copier", "op-1")
+			// Read from Velero's operations file, as Velero recorded it then.
+			op.Annotations = map[string]string{itemopsv1alpha1.AnnotationRecordStatus: `{"phase":"InProgress"}`}
+			Expect(c.Update(context.Background(), op)).To(Succeed())
 			p := &heldPlugin{done: 10, total: 100}
 			recorder := record.NewFakeRecorder(100)
 			r := &ItemOperationReconciler{Client: c, Plugins: p, Recorder: recorder, Clock: clock, VeleroRecordsEnds: veleroRecords,
@@ -285,9 +296,6 @@ var _ = Describe("No claim without evidence", Label("unit"), func() {
 				Expect(got.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseCanceling), "what itemops read is not Velero's record")
 				Expect(got.Status.CompletionTimestamp).To(BeNil())
 				By("Velero records it")
-				if got.Annotations == nil {
-					got.Annotations = map[string]string{}
-				}
 				got.Annotations[itemopsv1alpha1.AnnotationRecordStatus] = verdict
 				Expect(c.Update(context.Background(), got)).To(Succeed())
 				reconcileAt(30 * time.Second)
@@ -310,4 +318,28 @@ var _ = Describe("No claim without evidence", Label("unit"), func() {
 		Entry("manage mode: the plugin reports it completed: Completed", false,
 			func(p *heldPlugin) { p.done, p.completed = 100, true }, "", itemopsv1alpha1.OperationPhaseCompleted),
 	)
+
+	It("a VolumeSnapshotter's snapshot, which Velero does not follow, ends as its plugin reports it in observe mode too", func() {
+		t := GinkgoTB()
+		clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		c, op := oneWaitingOperation(t, "example.io/disks", "snap-1")
+		op.Spec.Plugin.Kind, op.Spec.SnapshotLocation = itemopsv1alpha1.PluginKindVolumeSnapshotter, "disks"
+		op.Annotations = map[string]string{itemopsv1alpha1.AnnotationRecordStatus: `{"phase":"InProgress"}`}
+		op.Spec.Cancel = true
+		Expect(c.Update(context.Background(), op)).To(Succeed())
+		p := &heldPlugin{done: 10, total: 100, fail: &plugin.Error{Kind: plugin.ErrOperationFailed, Err: errors.New("snapshot canceled")}}
+		r := &ItemOperationReconciler{Client: c, Plugins: p, SnapshotLocations: fixedLocation{}, Recorder: record.NewFakeRecorder(100), Clock: clock,
+			VeleroRecordsEnds: true, VeleroTimesOut: true, SyncFrequency: 10 * time.Second, ProgressUpdateInterval: time.Second,
+			StallAfter: time.Hour, MaxProgressFailures: 3, MinPollInterval: time.Second}
+		req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(op)}
+		got := &itemopsv1alpha1.ItemOperation{}
+		for range 2 {
+			_, err := r.Reconcile(context.Background(), req)
+			Expect(err).NotTo(HaveOccurred())
+			clock.Step(10 * time.Second)
+		}
+		Expect(c.Get(context.Background(), req.NamespacedName, got)).To(Succeed())
+		Expect(got.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseCanceled))
+		Expect(got.Status.Error).To(Equal("snapshot canceled"))
+	})
 })
