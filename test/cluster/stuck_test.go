@@ -85,6 +85,15 @@ func nodeAgentArgs(ctx context.Context, edit func([]string) []string) {
 	set(ctx, edit(append([]string(nil), original...)))
 }
 
+// whyShown runs kubectl itemops why as a user does and prints what it said
+// (docs/velero.md quotes it).
+func whyShown(ctx context.Context, command string) string {
+	GinkgoHelper()
+	out := run(ctx, command)
+	GinkgoWriter.Printf("$ %s\n%s\n", command, out)
+	return out
+}
+
 // shownAfter logs how long after the fact a cause was shown.
 func shownAfter(what string, fact time.Time) {
 	GinkgoWriter.Printf("MEASURED %s: shown %s after the fact\n", what, time.Since(fact).Round(time.Second))
@@ -116,7 +125,7 @@ func veleroStuckManaged() {
 				noPod(g, name)
 			})
 		shownAfter("NodeAgentRestarted", restarted)
-		Expect(run(ctx, "kubectl itemops why backup why-restart -n velero")).To(ContainSubstring("waiting for NodeAgentRestarted"))
+		Expect(whyShown(ctx, "kubectl itemops why backup why-restart -n velero")).To(ContainSubstring("waiting for NodeAgentRestarted"))
 
 		By("a cancel: Canceling, pending on node-agent")
 		run(ctx, "kubectl itemops cancel backup why-restart -n velero")
@@ -124,7 +133,7 @@ func veleroStuckManaged() {
 		Eventually(opState("Backup", "why-restart", "held")).WithContext(ctx).WithTimeout(2*pollInterval+settle).
 			Should(Equal("Canceling CancelPending"))
 		shownAfter("CancelPending (manage mode)", cancelled)
-		Expect(run(ctx, "kubectl itemops why backup why-restart -n velero")).To(MatchRegexp(`waiting for CancelPending: .*spec.cancel is set on DataUpload why-restart-\w+, which is Accepted`))
+		Expect(whyShown(ctx, "kubectl itemops why backup why-restart -n velero")).To(MatchRegexp(`waiting for CancelPending: .*spec.cancel is set on DataUpload why-restart-\w+, which is Accepted`))
 
 		By("node-agent's prepare timeout fails the upload: the cancel's outcome is Canceled, the Backup PartiallyFailed")
 		Eventually(func(g Gomega) string {
@@ -162,7 +171,7 @@ func veleroStuckObserved() {
 				noPod(g, name)
 			})
 		shownAfter("PodGone", deleted)
-		Expect(run(ctx, "kubectl itemops why restore why-gone -n velero")).To(ContainSubstring("waiting for PodGone"))
+		Expect(whyShown(ctx, "kubectl itemops why restore why-gone -n velero")).To(ContainSubstring("waiting for PodGone"))
 
 		By("a cancel: Canceling, not Canceled, until Velero records an end")
 		run(ctx, "kubectl itemops cancel restore why-gone -n velero")
@@ -170,7 +179,7 @@ func veleroStuckObserved() {
 		Eventually(opState("Restore", "why-gone", "tainted")).WithContext(ctx).WithTimeout(2*pollInterval+settle).
 			Should(Equal("Canceling CancelPending"))
 		shownAfter("CancelPending (observe mode)", cancelled)
-		Expect(run(ctx, "kubectl itemops why restore why-gone -n velero")).To(ContainSubstring("once it has seen the request for 5m0s"))
+		Expect(whyShown(ctx, "kubectl itemops why restore why-gone -n velero")).To(ContainSubstring("once it has seen the request for 5m0s"))
 		Eventually(func(g Gomega) string {
 			_, phase := onlyMovement(g, "Restore", "why-gone")
 			return phase
@@ -226,7 +235,7 @@ func veleroStuckObserved() {
 		if bsl.Status.LastValidationTime != nil {
 			shownAfter("LocationUnavailable (from Velero's check)", bsl.Status.LastValidationTime.Time)
 		}
-		Expect(run(ctx, "kubectl itemops why backup why-bucket -n velero")).To(ContainSubstring("waiting for LocationUnavailable"))
+		Expect(whyShown(ctx, "kubectl itemops why backup why-bucket -n velero")).To(ContainSubstring("waiting for LocationUnavailable"))
 
 		By("the server back: the Backup ends as Velero ends it, itemops agreeing")
 		back(ctx)
@@ -280,7 +289,7 @@ func veleroStuckObserved() {
 				g.Expect(time.Since(down)).To(BeNumerically(">=", 30*time.Second+managerDuration(g, "progress-update-interval")))
 			})
 		shownAfter("VeleroNotRunning", down)
-		Expect(run(ctx, "kubectl itemops why backup why-velero -n velero")).To(ContainSubstring("waiting for VeleroNotRunning"))
+		Expect(whyShown(ctx, "kubectl itemops why backup why-velero -n velero")).To(ContainSubstring("waiting for VeleroNotRunning"))
 		By("velero server back, the link open: Velero completes the Backup")
 		run(ctx, "kubectl -n velero scale deployment velero --replicas=1")
 		Expect(s.WaitAvailable(ctx, s.Namespace, "velero", 3*time.Minute)).To(Succeed())
