@@ -383,6 +383,13 @@ func significantChange(before, after *itemopsv1alpha1.ItemOperationStatus) bool 
 		if old == nil || old.Status != c.Status || old.Reason != c.Reason {
 			return true
 		}
+		// The evidence of a wait is what a user reads: new evidence for
+		// the same cause (a cancel node-agent has now seen) is written.
+		// Its messages name times, not durations, so they do not change
+		// at every poll.
+		if c.Type == itemopsv1alpha1.ConditionWaiting && c.Status == metav1.ConditionTrue && old.Message != c.Message {
+			return true
+		}
 	}
 	return false
 }
