@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -59,10 +60,15 @@ func opState(kind, parent, item string) func(g Gomega) string {
 	}
 }
 
-// noPod reports that the data mover's pod of a movement does not exist.
-func noPod(g Gomega, name string) {
-	err := s.Client.Get(context.Background(), client.ObjectKey{Namespace: s.Namespace, Name: name}, &corev1.Pod{})
-	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the data mover's pod %s gone: %v", name, err)
+// unexposed is what the cluster shows of a parent's one movement that
+// nothing exposes any more: Accepted, and no data mover's pod.
+func unexposed(kind, parent string) func(g Gomega) {
+	return func(g Gomega) {
+		name, phase := onlyMovement(g, kind, parent)
+		g.Expect(phase).To(Equal("Accepted"))
+		err := s.Client.Get(context.Background(), client.ObjectKey{Namespace: s.Namespace, Name: name}, &corev1.Pod{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the data mover's pod %s gone: %v", name, err)
+	}
 }
 
 // nodeAgentArgs sets node-agent's arguments until the spec ends, which
@@ -94,6 +100,18 @@ func whyShown(ctx context.Context, command string) string {
 	return out
 }
 
+// cancelHeld cancels a parent's operations as a user does and waits until
+// the operation of item is Canceling and waits on its cancel, within two
+// polls; it returns when the cancel was asked.
+func cancelHeld(ctx context.Context, kind, parent, item string) time.Time {
+	GinkgoHelper()
+	run(ctx, fmt.Sprintf("kubectl itemops cancel %s %s -n velero", strings.ToLower(kind), parent))
+	cancelled := time.Now()
+	Eventually(opState(kind, parent, item)).WithContext(ctx).WithTimeout(2*pollInterval+settle).Should(Equal("Canceling CancelPending"))
+	shownAfter("CancelPending of "+kind+" "+parent, cancelled)
+	return cancelled
+}
+
 // shownAfter logs how long after the fact a cause was shown.
 func shownAfter(what string, fact time.Time) {
 	GinkgoWriter.Printf("MEASURED %s: shown %s after the fact\n", what, time.Since(fact).Round(time.Second))
@@ -118,21 +136,12 @@ func veleroStuckManaged() {
 		restarted := time.Now()
 		Expect(os.Remove(holdFile)).To(Succeed())
 		op := causeShown(ctx, "Backup", "why-restart", "held", itemopsv1alpha1.WaitingNodeAgentRestarted,
-			`started again at .*not busy: 0 of its 1 data path\(s\).*prepare timeout \(4m0s`,
-			func(g Gomega) {
-				name, phase := onlyMovement(g, "Backup", "why-restart")
-				g.Expect(phase).To(Equal("Accepted"))
-				noPod(g, name)
-			})
+			`started again at .*not busy: 0 of its 1 data path\(s\).*prepare timeout \(4m0s`, unexposed("Backup", "why-restart"))
 		shownAfter("NodeAgentRestarted", restarted)
 		Expect(whyShown(ctx, "kubectl itemops why backup why-restart -n velero")).To(ContainSubstring("waiting for NodeAgentRestarted"))
 
 		By("a cancel: Canceling, pending on node-agent")
-		run(ctx, "kubectl itemops cancel backup why-restart -n velero")
-		cancelled := time.Now()
-		Eventually(opState("Backup", "why-restart", "held")).WithContext(ctx).WithTimeout(2*pollInterval+settle).
-			Should(Equal("Canceling CancelPending"))
-		shownAfter("CancelPending (manage mode)", cancelled)
+		cancelled := cancelHeld(ctx, "Backup", "why-restart", "held")
 		Expect(whyShown(ctx, "kubectl itemops why backup why-restart -n velero")).To(MatchRegexp(`waiting for CancelPending: .*spec.cancel is set on DataUpload why-restart-\w+, which is Accepted`))
 
 		By("node-agent's prepare timeout fails the upload: the cancel's outcome is Canceled, the Backup PartiallyFailed")
@@ -165,20 +174,12 @@ func veleroStuckObserved() {
 		run(ctx, "kubectl -n velero delete pod "+name+" --wait")
 		deleted := time.Now()
 		op := causeShown(ctx, "Restore", "why-gone", "tainted", itemopsv1alpha1.WaitingPodGone, `the data mover's pod velero/`+name+` does not exist`,
-			func(g Gomega) {
-				_, phase := onlyMovement(g, "Restore", "why-gone")
-				g.Expect(phase).To(Equal("Accepted"))
-				noPod(g, name)
-			})
+			unexposed("Restore", "why-gone"))
 		shownAfter("PodGone", deleted)
 		Expect(whyShown(ctx, "kubectl itemops why restore why-gone -n velero")).To(ContainSubstring("waiting for PodGone"))
 
 		By("a cancel: Canceling, not Canceled, until Velero records an end")
-		run(ctx, "kubectl itemops cancel restore why-gone -n velero")
-		cancelled := time.Now()
-		Eventually(opState("Restore", "why-gone", "tainted")).WithContext(ctx).WithTimeout(2*pollInterval+settle).
-			Should(Equal("Canceling CancelPending"))
-		shownAfter("CancelPending (observe mode)", cancelled)
+		cancelled := cancelHeld(ctx, "Restore", "why-gone", "tainted")
 		Expect(whyShown(ctx, "kubectl itemops why restore why-gone -n velero")).To(ContainSubstring("once it has seen the request for 5m0s"))
 		Eventually(func(g Gomega) string {
 			_, phase := onlyMovement(g, "Restore", "why-gone")
