@@ -190,7 +190,8 @@ func explainReadyToStart(w io.Writer, s view.Snapshot, stuck stuckSince) {
 func explainQueued(w io.Writer, s view.Snapshot, queue []velerov1api.Backup) {
 	var ahead, running []string
 	slices.SortFunc(queue, func(a, b velerov1api.Backup) int {
-		return cmp.Or(cmp.Compare(a.Status.QueuePosition, b.Status.QueuePosition), a.CreationTimestamp.Compare(b.CreationTimestamp.Time))
+		return cmp.Or(cmp.Compare(a.Status.QueuePosition, b.Status.QueuePosition), a.CreationTimestamp.Compare(b.CreationTimestamp.Time),
+			strings.Compare(a.Name, b.Name))
 	})
 	for _, b := range queue {
 		switch {

@@ -75,6 +75,9 @@ var _ = Describe("kubectl itemops why", func() {
 		setStatus(t, operation(t, b, "ledger", "velero.io/csi-pvc-backupper", "du-ledger"),
 			ended(itemopsv1alpha1.OperationPhaseFailed, gi("1Gi"), gi("4Gi"), "data path for du-ledger failed: error to connect to storage"))
 
+		// Left ReadyToStart: Velero's last write to it is its creation
+		// here. Made before the others, it runs first in the queue's order.
+		backupIn(t, ns, "nightly-2", velerov1api.BackupPhaseReadyToStart, 0)
 		queued := backupIn(t, ns, "nightly-4", velerov1api.BackupPhaseQueued, 0)
 		ahead := backupIn(t, ns, "adhoc-1", velerov1api.BackupPhaseQueued, 0)
 		backupIn(t, ns, "weekly-1", velerov1api.BackupPhaseInProgress, 0)
@@ -83,9 +86,6 @@ var _ = Describe("kubectl itemops why", func() {
 			backup.Status.QueuePosition = position
 			g.Expect(env.Client.Patch(ctx, backup, client.MergeFrom(original))).To(Succeed())
 		}
-
-		// Left ReadyToStart: Velero's last write to it is its creation here.
-		backupIn(t, ns, "nightly-2", velerov1api.BackupPhaseReadyToStart, 0)
 
 		clock := clocktesting.NewFakePassiveClock(now)
 		for _, c := range []struct {
