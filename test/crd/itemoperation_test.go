@@ -262,7 +262,7 @@ var _ = Describe("The ItemOperation CRD", func() {
 			want   []string
 		}{
 			{"unknown phase", func(s *itemopsv1alpha1.ItemOperationStatus) { s.Phase = "Done" },
-				[]string{`status.phase: Unsupported value: "Done"`, `"New", "InProgress", "Completed", "Failed", "Canceled"`}},
+				[]string{`status.phase: Unsupported value: "Done"`, `"New", "InProgress", "Canceling", "Completed", "Failed", "Canceled"`}},
 			{"negative completed", func(s *itemopsv1alpha1.ItemOperationStatus) { s.NCompleted = -1 },
 				[]string{"status.nCompleted", "should be greater than or equal to 0"}},
 			{"negative total", func(s *itemopsv1alpha1.ItemOperationStatus) { s.NTotal = -10 },
