@@ -107,7 +107,7 @@ func cancelHeld(ctx context.Context, kind, parent, item string) time.Time {
 	GinkgoHelper()
 	run(ctx, fmt.Sprintf("kubectl itemops cancel %s %s -n velero", strings.ToLower(kind), parent))
 	cancelled := time.Now()
-	Eventually(opState(kind, parent, item)).WithContext(ctx).WithTimeout(2*pollInterval+settle).Should(Equal("Canceling CancelPending"))
+	Eventually(opState(kind, parent, item)).WithContext(ctx).WithTimeout(2*pollInterval + settle).Should(Equal("Canceling CancelPending"))
 	shownAfter("CancelPending of "+kind+" "+parent, cancelled)
 	return cancelled
 }
@@ -152,7 +152,7 @@ func veleroStuckManaged() {
 		failed := time.Now()
 		GinkgoWriter.Printf("MEASURED node-agent failed the DataUpload %s after its restart, %s after the cancel\n",
 			failed.Sub(restarted).Round(time.Second), failed.Sub(cancelled).Round(time.Second))
-		Eventually(opState("Backup", "why-restart", "held")).WithContext(ctx).WithTimeout(2*pollInterval+settle).Should(Equal("Canceled -"))
+		Eventually(opState("Backup", "why-restart", "held")).WithContext(ctx).WithTimeout(2*pollInterval + settle).Should(Equal("Canceled -"))
 		Eventually(backupPhase("why-restart")).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
 		Expect(waitingHistory(ctx, op.Name)).To(ContainElements("Waiting NodeAgentRestarted", "Waiting CancelPending"))
 	})
@@ -246,7 +246,7 @@ func veleroStuckObserved() {
 		Eventually(func(g Gomega) velerov1api.BackupPhase {
 			end = getBackup(g, "why-bucket").Status.Phase
 			return end
-		}).WithContext(ctx).WithTimeout(6*time.Minute).Should(BeElementOf(velerov1api.BackupPhaseCompleted, velerov1api.BackupPhasePartiallyFailed))
+		}).WithContext(ctx).WithTimeout(6 * time.Minute).Should(BeElementOf(velerov1api.BackupPhaseCompleted, velerov1api.BackupPhasePartiallyFailed))
 		_, moved := onlyMovement(Default, "Backup", "why-bucket")
 		GinkgoWriter.Printf("MEASURED the bucket back: Velero ended the Backup %s, its DataUpload %s\n", end, moved)
 		want := "Completed -"
