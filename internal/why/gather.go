@@ -194,17 +194,24 @@ func (g *Gatherer) Movement(ctx context.Context, op *itemopsv1alpha1.ItemOperati
 	return m, true, err
 }
 
-// unexposed reads, for an Accepted movement without a pod, what tells
-// whether anything will expose it and when node-agent gives up: node-agent's
-// prepare timeout and, when node-agent restarted since it accepted the
-// movement, the load of its node.
+// unexposed reads, for an Accepted movement without a pod that nothing may
+// expose any more (node-agent restarted since it accepted it, or its volume
+// exposed without the pod), when node-agent gives up: its prepare timeout
+// and, after a restart, the load of its node.
 func (g *Gatherer) unexposed(ctx context.Context, m *Movement) error {
+	restarted, _ := startedSince(m.NodeAgentPods, m.AcceptedBy, m.AcceptedAt)
+	if restarted == nil && m.Volume == nil {
+		// Nothing exposed and node-agent as it was: it is still exposing
+		// it (waiting for its snapshot, say), the common case, which costs
+		// no read around the cache.
+		return nil
+	}
 	ds, err := g.nodeAgentDaemonSet(ctx, m.Namespace)
 	if err != nil {
 		return err
 	}
 	m.PrepareTimeout = prepareTimeout(ds)
-	if pod, _ := startedSince(m.NodeAgentPods, m.AcceptedBy, m.AcceptedAt); pod != nil {
+	if restarted != nil {
 		return g.load(ctx, m, m.AcceptedBy)
 	}
 	return nil
