@@ -197,8 +197,10 @@ func veleroStuckObserved() {
 	})
 
 	It("where Velero is stuck: the bucket's server gone mid-upload is LocationUnavailable once Velero finds the location Unavailable, until it is back", func(ctx SpecContext) {
-		run(ctx, fmt.Sprintf("velero backup-location create flaky --provider aws --bucket %s --prefix flaky --validation-frequency 10s "+
-			"--config region=%s,s3ForcePathStyle=true,s3Url=%s", stack.SlowBucket, stack.Region, stack.SlowS3URL))
+		// A bucket of its own: the prefix-less location slow refuses a
+		// bucket that holds anything but its own directories.
+		run(ctx, fmt.Sprintf("velero backup-location create flaky --provider aws --bucket %s --validation-frequency 10s "+
+			"--config region=%s,s3ForcePathStyle=true,s3Url=%s", stack.FlakyBucket, stack.Region, stack.SlowS3URL))
 		// Read with a context of its own: the cleanup reads it too, after
 		// the spec's context ended.
 		locationPhase := func(name string) func(g Gomega) velerov1api.BackupStorageLocationPhase {

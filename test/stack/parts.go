@@ -51,8 +51,12 @@ const (
 	// per second (test/throttle), for a location whose data movements last:
 	// its bucket is SlowBucket (a location without a prefix refuses a
 	// bucket holding anything but its own directories).
-	SlowS3URL    = "http://10.96.0.71:7070"
-	SlowBucket   = "velero-slow"
+	SlowS3URL  = "http://10.96.0.71:7070"
+	SlowBucket = "velero-slow"
+	// FlakyBucket is a bucket of its own for a location whose server is
+	// stopped and started (through the slow link): it may not share
+	// SlowBucket, whose location has no prefix.
+	FlakyBucket  = "velero-flaky"
 	slowServerIP = "10.96.0.71"
 	SlowRate     = 1 << 20
 )
@@ -112,7 +116,7 @@ func (s *Stack) Storage(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, bucket := range []string{Bucket, SlowBucket} {
+	for _, bucket := range []string{Bucket, SlowBucket, FlakyBucket} {
 		if err := os.MkdirAll(filepath.Join(data, bucket), 0o777); err != nil {
 			return err
 		}
