@@ -259,7 +259,7 @@ func veleroStuckObserved() {
 		Expect(waitingHistory(ctx, op.Name)).To(ContainElement("Waiting LocationUnavailable"))
 	})
 
-	It("where Velero is stuck: velero server scaled to 0 while a transfer stands still is VeleroNotRunning, until it runs", func(ctx SpecContext) {
+	It("where Velero is stuck: velero server scaled to 0 while a transfer stands still is VeleroNotRunning, until it runs; then NotMoving until its bytes move", func(ctx SpecContext) {
 		run(ctx, "helm upgrade itemops charts/itemops -n velero --reuse-values --set notMovingAfter=30s --wait")
 		DeferCleanup(func(ctx SpecContext) {
 			_ = os.Remove(s.SlowLinkPause())
@@ -295,10 +295,19 @@ func veleroStuckObserved() {
 			})
 		shownAfter("VeleroNotRunning", down)
 		Expect(whyShown(ctx, "kubectl itemops why backup why-velero -n velero")).To(ContainSubstring("waiting for VeleroNotRunning"))
-		By("velero server back, the link open: Velero completes the Backup")
+		By("velero server back, the link still paused: the transfer stands still and nothing explains it any more")
 		run(ctx, "kubectl -n velero scale deployment velero --replicas=1")
 		Expect(s.WaitAvailable(ctx, s.Namespace, "velero", 3*time.Minute)).To(Succeed())
+		causeShown(ctx, "Backup", "why-velero", "idle", itemopsv1alpha1.WaitingNotMoving, `no progress since .*; checked: .*velero server \(Deployment velero/velero: 1 of 1 ready\)`,
+			func(g Gomega) {
+				d := &appsv1.Deployment{}
+				g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "velero"}, d)).To(Succeed())
+				g.Expect(d.Status.ReadyReplicas).To(BeNumerically(">", 0))
+			})
+		Expect(whyShown(ctx, "kubectl itemops why backup why-velero -n velero")).To(ContainSubstring("waiting for NotMoving"))
+		By("the link open: Velero completes the Backup")
 		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
-		waitEnds(ctx, "Backup", "why-velero", string(velerov1api.BackupPhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingVeleroNotRunning}})
+		waitEnds(ctx, "Backup", "why-velero", string(velerov1api.BackupPhaseCompleted),
+			map[string][]string{op.Name: {itemopsv1alpha1.WaitingVeleroNotRunning, itemopsv1alpha1.WaitingNotMoving}})
 	})
 }
