@@ -17,10 +17,14 @@ limitations under the License.
 package metricsauth
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +61,7 @@ var _ = BeforeSuite(func() {
 type guarded struct {
 	url     string
 	reviews *atomic.Int64
+	bodies  *sync.Map
 	mu      sync.Mutex
 	errors  []string
 }
@@ -68,10 +73,10 @@ func (g *guarded) errorLines() []string {
 }
 
 func guard(config *rest.Config, opts Options) *guarded {
-	g := &guarded{reviews: &atomic.Int64{}}
+	g := &guarded{reviews: &atomic.Int64{}, bodies: &sync.Map{}}
 	transport, err := rest.TransportFor(config)
 	Expect(err).NotTo(HaveOccurred())
-	httpClient := &http.Client{Transport: counting{next: transport, reviews: g.reviews}}
+	httpClient := &http.Client{Transport: counting{next: transport, reviews: g.reviews, bodies: g.bodies}}
 	filter, err := New(config, httpClient, opts)
 	Expect(err).NotTo(HaveOccurred())
 	log := funcr.New(func(prefix, args string) {
@@ -89,32 +94,66 @@ func guard(config *rest.Config, opts Options) *guarded {
 	return g
 }
 
-// counting counts the TokenReviews sent through it.
+// counting counts the TokenReviews sent through it, and keeps their
+// bodies.
 type counting struct {
 	next    http.RoundTripper
 	reviews *atomic.Int64
+	bodies  *sync.Map // review number → body
 }
 
 func (c counting) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/tokenreviews") {
-		c.reviews.Add(1)
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		c.bodies.Store(c.reviews.Add(1), body)
 	}
 	return c.next.RoundTrip(req)
 }
 
+// reviewsOf is how many TokenReviews of token were sent.
+func (g *guarded) reviewsOf(token string) int64 {
+	var n int64
+	g.bodies.Range(func(_, body any) bool {
+		if bytes.Contains(body.([]byte), []byte(token)) {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
 func get(url, token string) int {
+	return getFrom(&http.Client{Timeout: 30 * time.Second}, url, token)
+}
+
+// from is a client whose requests come from address, one of the
+// loopback's.
+func from(address string) *http.Client {
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(address)}, Timeout: 10 * time.Second}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 16}}
+}
+
+func getFrom(c *http.Client, url, token string) int {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	Expect(err).NotTo(HaveOccurred())
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	resp, err := c.Do(req)
 	Expect(err).NotTo(HaveOccurred())
+	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode
 }
 
-var testOptions = Options{CacheTTL: time.Minute, ReviewRate: 2, ReviewBurst: 5, ReviewTimeout: 10 * time.Second, LogEvery: time.Minute}
+var testOptions = Options{
+	CacheTTL: time.Minute, ReviewRate: 2, ReviewBurst: 5, TotalReviewRate: 4, TotalReviewBurst: 10,
+	Known: 10, KnownFor: time.Hour, ErrorTTL: 5 * time.Second, ReviewTimeout: 10 * time.Second, LogEvery: time.Minute,
+}
 
 var _ = Describe("The metrics endpoint's guard", func() {
 	It("answers a bearer token that is not a token 401, with no error logged, and reviews it once however often it comes", func() {
@@ -159,10 +198,108 @@ var _ = Describe("The metrics endpoint's guard", func() {
 		Expect(get(g.url+"/other", token)).To(Equal(http.StatusForbidden))
 	})
 
+	It("keeps a flood of new tokens from one address within its bounds, while a scraper it accepted before and a new one from another address get in", func(ctx context.Context) {
+		opts := testOptions
+		opts.CacheTTL = 2 * time.Second
+		g := guard(env.Config, opts)
+		scraper, err := scrape.ReaderToken(ctx, env.Config, "default")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(getFrom(from("127.0.0.1"), g.url, scraper)).To(Equal(http.StatusOK))
+
+		By("a flood of random tokens from 127.0.0.2")
+		flooder := from("127.0.0.2")
+		stop := make(chan struct{})
+		var flood sync.WaitGroup
+		DeferCleanup(func() {
+			select {
+			case <-stop:
+			default:
+				close(stop)
+			}
+			flood.Wait()
+		})
+		var sent, refused, busy atomic.Int64
+		start := time.Now()
+		for w := range 4 {
+			flood.Go(func() {
+				defer GinkgoRecover()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					sent.Add(1)
+					switch code := getFrom(flooder, g.url, fmt.Sprintf("flood-%d-%d", w, i)); code {
+					case http.StatusTooManyRequests:
+						busy.Add(1)
+					case http.StatusUnauthorized:
+						refused.Add(1)
+					default:
+						Fail(fmt.Sprintf("a random token answered %d", code))
+					}
+				}
+			})
+		}
+		// The scraper's answer expires twice or more while the flood
+		// lasts: it is reviewed again each time, whatever the flood.
+		scrapes := from("127.0.0.1")
+		Eventually(func(g2 Gomega) {
+			g2.Expect(getFrom(scrapes, g.url, scraper)).To(Equal(http.StatusOK), "the scraper, during the flood")
+			g2.Expect(g.reviewsOf(scraper)).To(BeNumerically(">=", 3))
+		}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+		Consistently(func() int {
+			return getFrom(scrapes, g.url, scraper)
+		}).WithTimeout(3 * opts.CacheTTL).WithPolling(200 * time.Millisecond).Should(Equal(http.StatusOK))
+
+		By("a new scraper from 127.0.0.3 while the flood goes on")
+		other, err := scrape.ReaderToken(ctx, env.Config, "default")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() int {
+			return getFrom(from("127.0.0.3"), g.url, other)
+		}).WithContext(ctx).WithTimeout(10 * time.Second).WithPolling(time.Second).Should(Equal(http.StatusOK))
+		close(stop)
+		flood.Wait()
+		elapsed := time.Since(start)
+		GinkgoWriter.Printf("MEASURED %d random tokens in %s from one address: %d answered 401, %d 429; %d TokenReviews in all, %d of the scraper's token\n",
+			sent.Load(), elapsed.Round(time.Millisecond), refused.Load(), busy.Load(), g.reviews.Load(), g.reviewsOf(scraper))
+		// The flood's reviews are bounded by its address's bound; the
+		// scrapers' by one each per CacheTTL.
+		floodBound := int64(opts.ReviewBurst) + int64(float64(opts.ReviewRate)*elapsed.Seconds()) + 1
+		Expect(refused.Load()).To(BeNumerically("<=", floodBound))
+		Expect(busy.Load()).To(BeNumerically(">", refused.Load()), "most of the flood answered 429")
+		Expect(g.reviews.Load() - g.reviewsOf(scraper) - g.reviewsOf(other)).To(BeNumerically("<=", floodBound))
+		Expect(g.errorLines()).To(BeEmpty())
+	})
+
+	It("keeps a refusal that came with an error for seconds only: the token is reviewed again then", func(ctx context.Context) {
+		opts := testOptions
+		opts.ErrorTTL = time.Second
+		g := guard(env.Config, opts)
+		token, err := scrape.ReaderToken(ctx, env.Config, "default")
+		Expect(err).NotTo(HaveOccurred())
+		// The API server's issuer, a signature that is not its own: a
+		// refusal with its reason.
+		parts := strings.Split(token, ".")
+		Expect(parts).To(HaveLen(3))
+		signature := []byte(parts[2])
+		slices.Reverse(signature)
+		tampered := parts[0] + "." + parts[1] + "." + string(signature)
+		for range 3 {
+			Expect(get(g.url, tampered)).To(Equal(http.StatusUnauthorized))
+		}
+		Expect(g.reviewsOf(tampered)).To(Equal(int64(1)), "kept for ErrorTTL")
+		Eventually(func() int64 {
+			Expect(get(g.url, tampered)).To(Equal(http.StatusUnauthorized))
+			return g.reviewsOf(tampered)
+		}).WithContext(ctx).WithTimeout(10 * time.Second).WithPolling(200 * time.Millisecond).Should(Equal(int64(2)))
+		Expect(g.errorLines()).To(BeEmpty())
+	})
+
 	It("answers 503 while the API server cannot be asked, with one log line", func() {
 		config := rest.CopyConfig(env.Config)
 		config.Host = "https://127.0.0.1:1"
-		g := guard(config, Options{CacheTTL: time.Minute, ReviewRate: rate.Inf, ReviewTimeout: 5 * time.Second, LogEvery: time.Hour})
+		g := guard(config, Options{CacheTTL: time.Minute, ReviewRate: rate.Inf, TotalReviewRate: rate.Inf, Known: 10, KnownFor: time.Hour, ErrorTTL: time.Second, ReviewTimeout: 5 * time.Second, LogEvery: time.Hour})
 		for i := range 5 {
 			Expect(get(g.url, fmt.Sprintf("token-%d", i))).To(Equal(http.StatusServiceUnavailable))
 		}

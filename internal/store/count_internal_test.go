@@ -23,27 +23,49 @@ import (
 	. "github.com/onsi/gomega"
 )
 
-func TestCountListElements(t *testing.T) {
-	cases := map[string]int{
-		`[]`: 0, ` [ ] `: 0, `[{}]`: 1, `[{},{}]`: 2,
-		`[{"a":[1,2,3]},{"b":"x,y]"},3]`: 3, `[ "a\"],", {} ]`: 2, `[[],[[]],{}]`: 3,
+func TestCountElements(t *testing.T) {
+	wide := Limits{Records: 100, Items: 100}
+	cases := map[string]counts{
+		`[]`: {}, ` [ ] `: {}, `[{}]`: {records: 1}, `[{},{}]`: {records: 2},
+		`[{"a":[1,2,3]},{"b":"x,y]"},3]`: {records: 3, items: 3},
+		`[ "a\"],", {} ]`:                {records: 2},
+		`[[],[[]],{}]`:                   {records: 3, items: 1},
+		`[{"spec":{"p":[{},{},{}]}},{"p":[[1,[2,3]],[]]}]`: {records: 2, items: 9},
+		`[{"p":[ ]},{"p":["]",",",{"q":"["}]}]`:            {records: 2, items: 3},
 	}
 	for in, want := range cases {
 		t.Run(in, func(t *testing.T) {
 			g := NewWithT(t)
-			n, err := countListElements(strings.NewReader(in), 100)
+			n, err := countElements(strings.NewReader(in), wide)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(n).To(Equal(want))
 		})
 	}
 	t.Run("not a list", func(t *testing.T) {
-		_, err := countListElements(strings.NewReader(`{"a":1}`), 10)
+		_, err := countElements(strings.NewReader(`{"a":1}`), wide)
 		NewWithT(t).Expect(err).To(MatchError("not a JSON list"))
 	})
-	t.Run("stops one past the limit", func(t *testing.T) {
-		n, err := countListElements(strings.NewReader(`[1,2,3,4,5,6]`), 3)
+	t.Run("records: stops one past the limit", func(t *testing.T) {
+		n, err := countElements(strings.NewReader(`[1,2,3,4,5,6]`), Limits{Records: 3, Items: 100})
 		g := NewWithT(t)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(n).To(Equal(4))
+		g.Expect(n).To(Equal(counts{records: 4}))
+	})
+	t.Run("items of all records together: stops one past the limit", func(t *testing.T) {
+		n, err := countElements(strings.NewReader(`[{"p":[{},{}]},{"p":[{},{},{}]},{"p":[{}]}]`), Limits{Records: 100, Items: 3})
+		g := NewWithT(t)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n).To(Equal(counts{records: 2, items: 4}))
+	})
+	t.Run("too deep", func(t *testing.T) {
+		in := "[" + strings.Repeat(`{"a":`, maxDepth) + "1" + strings.Repeat("}", maxDepth) + "]"
+		n, err := countElements(strings.NewReader(in), wide)
+		g := NewWithT(t)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n.deep).To(BeTrue())
+		in = "[" + strings.Repeat(`{"a":`, maxDepth-1) + "1" + strings.Repeat("}", maxDepth-1) + "]"
+		n, err = countElements(strings.NewReader(in), wide)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n).To(Equal(counts{records: 1}))
 	})
 }

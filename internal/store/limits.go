@@ -46,6 +46,11 @@ type Limits struct {
 	// Records bounds the elements of the JSON list it holds; each becomes
 	// an object in memory (and an ItemOperation) whatever its size.
 	Records int
+	// Items bounds the elements of the lists inside those records (a
+	// Backup's postOperationItems), all records together: each becomes
+	// an object in memory however few bytes it takes, so the inflated
+	// size alone does not bound them.
+	Items int
 }
 
 // The defaults, sized to real files: a record of Velero's CSI data mover is
@@ -58,6 +63,10 @@ const (
 	DefaultCompressedLimit = 8 << 20
 	DefaultInflatedLimit   = 32 << 20
 	DefaultRecordLimit     = 20000
+	// Velero's data mover gives each record one post-operation item; the
+	// default leaves five per record at the records' limit, 100,000
+	// elements that decode to at most about 17 MiB.
+	DefaultItemLimit = 100000
 )
 
 func (l Limits) withDefaults() Limits {
@@ -69,6 +78,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Records <= 0 {
 		l.Records = DefaultRecordLimit
+	}
+	if l.Items <= 0 {
+		l.Items = DefaultItemLimit
 	}
 	return l
 }
@@ -112,7 +124,7 @@ func (s boundedObjectStore) GetObject(bucket, key string) (io.ReadCloser, error)
 }
 
 // check inflates a gzip object into nothing, counting its bytes and the
-// elements of the JSON list it holds, and returns its inflated size. What
+// elements of the JSON lists it holds, and returns its inflated size. What
 // is not gzip is left to the decoder, which refuses it.
 func (s boundedObjectStore) check(key string, stored []byte) (int64, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(stored))
@@ -120,12 +132,17 @@ func (s boundedObjectStore) check(key string, stored []byte) (int64, error) {
 		return int64(len(stored)), nil
 	}
 	counted := &countingReader{r: io.LimitReader(zr, s.limits.Inflated+1)}
-	records, err := countListElements(counted, s.limits.Records)
+	n, err := countElements(counted, s.limits)
 	if counted.n > s.limits.Inflated {
 		return 0, fmt.Errorf("%w: %s inflates to more than %d bytes (--max-operations-file-inflated-bytes)", ErrTooLarge, key, s.limits.Inflated)
 	}
-	if records > s.limits.Records {
+	switch {
+	case n.records > s.limits.Records:
 		return 0, fmt.Errorf("%w: %s holds more than %d records (--max-operations-file-records)", ErrTooLarge, key, s.limits.Records)
+	case n.items > s.limits.Items:
+		return 0, fmt.Errorf("%w: %s holds more than %d elements in the lists of its records (--max-operations-file-items)", ErrTooLarge, key, s.limits.Items)
+	case n.deep:
+		return 0, fmt.Errorf("%w: %s nests lists and objects more than %d deep", ErrTooLarge, key, maxDepth)
 	}
 	if err != nil {
 		return counted.n, nil // the decoder says what is wrong with it
@@ -137,15 +154,42 @@ func (s boundedObjectStore) check(key string, stored []byte) (int64, error) {
 	return counted.n, nil
 }
 
-// countListElements counts the elements of the JSON list r holds, up to
-// one past limit, without keeping any of it: a string of a gigabyte costs
-// no memory here. It checks no more of the syntax than it needs; the
-// decoder refuses what is not JSON.
-func countListElements(r io.Reader, limit int) (int, error) {
+// maxDepth bounds how deep lists and objects nest in a file. Velero's
+// records nest 4 deep (the list, a record, its spec, its
+// postOperationItems, an item); the decoder itself allows 10,000.
+const maxDepth = 32
+
+// counts are what countElements found, each up to one past its limit.
+type counts struct {
+	// records are the elements of the top-level list.
+	records int
+	// items are the elements of every list inside the records, at any
+	// depth, all records together: each costs an object once decoded,
+	// however few bytes it takes ("{}," is three).
+	items int
+	// deep: lists and objects nested deeper than maxDepth.
+	deep bool
+}
+
+func (n counts) over(l Limits) bool {
+	return n.records > l.Records || n.items > l.Items || n.deep
+}
+
+// countElements counts the elements of the JSON list r holds and of every
+// list inside it, stopping as soon as one count is over its limit, without
+// keeping any of it: a string of a gigabyte costs no memory here, nor does
+// a list of millions of elements. It checks no more of the syntax than it
+// needs; the decoder refuses what is not JSON.
+func countElements(r io.Reader, l Limits) (counts, error) {
 	br := bufio.NewReader(r)
-	depth, n := 0, 0
-	inString, escaped, pending := false, false, false
-	for n <= limit {
+	var n counts
+	// The lists and objects open at this point, innermost last: whether
+	// each is a list, and, for a list, whether its next element has yet
+	// to start.
+	type open struct{ list, pending bool }
+	stack := make([]open, 0, maxDepth)
+	inString, escaped := false, false
+	for !n.over(l) {
 		c, err := br.ReadByte()
 		if err != nil {
 			if err == io.EOF {
@@ -167,29 +211,37 @@ func countListElements(r io.Reader, limit int) (int, error) {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
 			continue
 		}
-		if depth == 0 && c != '[' {
-			return 0, errors.New("not a JSON list")
+		if len(stack) == 0 && c != '[' {
+			return n, errors.New("not a JSON list")
 		}
-		if depth == 1 && pending && c != ']' {
-			n++ // the first byte of an element
-			pending = false
+		if top := len(stack) - 1; top >= 0 && stack[top].list && stack[top].pending && c != ']' {
+			// The first byte of an element.
+			stack[top].pending = false
+			if top == 0 {
+				n.records++
+			} else {
+				n.items++
+			}
 		}
 		switch c {
 		case '"':
 			inString = true
 		case '[', '{':
-			depth++
-			if depth == 1 {
-				pending = true
+			if len(stack) == maxDepth {
+				n.deep = true
+				continue
 			}
+			stack = append(stack, open{list: c == '[', pending: c == '['})
 		case ']', '}':
-			depth--
-			if depth == 0 {
+			if len(stack) > 0 {
+				stack = stack[:len(stack)-1]
+			}
+			if len(stack) == 0 {
 				return n, nil
 			}
 		case ',':
-			if depth == 1 {
-				pending = true
+			if top := len(stack) - 1; stack[top].list {
+				stack[top].pending = true
 			}
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -279,7 +280,7 @@ var _ = Describe("Operations files in object storage", func() {
 	// memory is measured, not read: the limits, through the real object
 	// store plugin. An update leaves such a file as it is.
 	Describe("files over the read limits are not read", func() {
-		limits := store.Limits{Compressed: 1 << 20, Inflated: 4 << 20, Records: 100}
+		limits := store.Limits{Compressed: 1 << 20, Inflated: 4 << 20, Records: 100, Items: 300}
 		for _, tc := range []struct {
 			name, want string
 			body       []byte
@@ -287,6 +288,10 @@ var _ = Describe("Operations files in object storage", func() {
 			{"a gzip bomb", "inflates to more than 4194304 bytes", gzipped(append(append([]byte(`["`), bytes.Repeat([]byte("a"), 256<<20)...), `"]`...))},
 			{"too many records", "holds more than 100 records", gzipped([]byte("[" + strings.Repeat(`{"spec":{}},`, 100) + `{"spec":{}}]`))},
 			{"too large as stored", "is larger than 1048576 bytes", bytes.Repeat([]byte("x"), 1<<20+1)},
+			{"too many elements in the lists of its records", "holds more than 300 elements in the lists of its records",
+				gzipped([]byte("[" + strings.Repeat(`{"spec":{"postOperationItems":[`+strings.Repeat(`{},`, 100)+`{}]}},`, 2) + `{"spec":{"postOperationItems":[` + strings.Repeat(`{},`, 100) + `{}]}}]`))},
+			{"nested too deep", "nests lists and objects more than 32 deep",
+				gzipped([]byte(`[{"spec":{"x":` + strings.Repeat(`[`, 40) + strings.Repeat(`]`, 40) + `}}]`))},
 		} {
 			It(tc.name, func() {
 				t := GinkgoTB()
@@ -316,12 +321,53 @@ var _ = Describe("Operations files in object storage", func() {
 			s := newStore(t)
 			g.Expect(s.UpdateBackupOperations(context.Background(), b,
 				func([]*itemoperation.BackupOperation, error) ([]*itemoperation.BackupOperation, error) {
-					return records(b, 100), nil
+					ops := records(b, 100)
+					for _, op := range ops {
+						for i := range 3 {
+							op.Spec.PostOperationItems = append(op.Spec.PostOperationItems, velero.ResourceIdentifier{
+								GroupResource: schema.GroupResource{Group: "velero.io", Resource: "datauploads"}, Namespace: "velero", Name: fmt.Sprintf("%s-%d", op.Spec.OperationID, i)})
+						}
+					}
+					return ops, nil
 				})).To(Succeed())
 			s.Limits = limits
 			got, err := s.BackupOperations(context.Background(), b)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(got).To(HaveLen(100))
+			g.Expect(got[99].Spec.PostOperationItems).To(HaveLen(3))
+		})
+		// A file whose one record holds 11,184,761 empty post-operation
+		// items inflates to just under the default 32 MiB and is stored
+		// in 32 KiB; decoded, it would take about 1.9 GiB. With the
+		// default limits it is refused, and finding that out allocates
+		// little: it is never held whole, inflated or decoded.
+		It("a file of millions of empty items inside one record is refused within a small memory bound", func() {
+			t := GinkgoTB()
+			g := NewWithT(t)
+			bsl := location(t)
+			b := backupIn(bsl.Name)
+			const items = 11184761
+			var raw bytes.Buffer
+			raw.WriteString(`[{"spec":{"backupName":"` + b.Name + `","operationID":"planted","postOperationItems":[`)
+			raw.WriteString(strings.Repeat(`{},`, items-1))
+			raw.WriteString(`{}]},"status":{"phase":"InProgress"}}]`)
+			g.Expect(int64(raw.Len())).To(BeNumerically("<=", store.DefaultInflatedLimit), "within the inflated limit")
+			body := gzipped(raw.Bytes())
+			raw = bytes.Buffer{}
+			g.Expect(int64(len(body))).To(BeNumerically("<=", store.DefaultCompressedLimit), "within the stored limit")
+			key := "backups/" + b.Name + "/" + b.Name + "-itemoperations.json.gz"
+			putRaw(t, bsl, key, body)
+			s := newStore(t)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			_, err := s.BackupOperations(context.Background(), b)
+			runtime.ReadMemStats(&after)
+			g.Expect(err).To(MatchError(store.ErrTooLarge))
+			g.Expect(err.Error()).To(ContainSubstring("holds more than 100000 elements in the lists of its records (--max-operations-file-items)"))
+			allocated := after.TotalAlloc - before.TotalAlloc
+			GinkgoWriter.Printf("MEASURED the planted file (%d bytes stored): refused having allocated %d KiB in all\n", len(body), allocated>>10)
+			g.Expect(allocated).To(BeNumerically("<", 32<<20), "all the reader allocated, with the object store plugin's session")
 		})
 	})
 
