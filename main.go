@@ -179,7 +179,7 @@ func main() {
 		Plugins:        plugins,
 		Namespace:      opts.VeleroNamespace,
 		CredentialsDir: opts.CredentialsDir,
-		Limits:         store.Limits{Compressed: opts.MaxFileBytes, Inflated: opts.MaxFileInflatedBytes, Records: opts.MaxFileRecords},
+		Limits:         store.Limits{Compressed: opts.MaxFileBytes, Inflated: opts.MaxFileInflatedBytes, Records: opts.MaxFileRecords, Items: opts.MaxFileItems},
 	}
 
 	patcher, err := kube.NewPatcher(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetScheme(), mgr.GetRESTMapper(), &itemopsv1alpha1.ItemOperation{})

@@ -483,6 +483,18 @@ var _ = Describe("Bad operation input", Label("envtest"), func() {
 			events:     []string{reasonTooLarge + ": …holds more than 20000 records (--max-operations-file-records)"},
 			operations: func(g Gomega, ops []itemopsv1alpha1.ItemOperation) { g.Expect(ops).To(BeEmpty()) },
 		}, {
+			// Millions of empty post-operation items in one record: 32 KiB
+			// stored, under the inflated limit, about 1.9 GiB once decoded.
+			name: "a record with millions of post-operation items", attempted: 1,
+			file: func(t testing.TB, b *velerov1api.Backup) []byte {
+				return gzipped(t, []byte(`[{"spec":{"backupName":"`+b.Name+`","backupUID":"`+string(b.UID)+`","operationID":"planted","postOperationItems":[`+
+					strings.Repeat("{},", 11184760)+`{}]},"status":{"phase":"InProgress"}}]`))
+			},
+			phase: velerov1api.BackupPhasePartiallyFailed,
+			events: []string{reasonTooLarge + ": …holds more than 100000 elements in the lists of its records (--max-operations-file-items)",
+				reasonGaveUp + ": WaitingForPluginOperations -> PartiallyFailed: its plugin operations cannot be tracked: …--max-operations-file-items"},
+			operations: func(g Gomega, ops []itemopsv1alpha1.ItemOperation) { g.Expect(ops).To(BeEmpty()) },
+		}, {
 			name: "larger than allowed as stored", attempted: 1,
 			file: func(testing.TB, *velerov1api.Backup) []byte {
 				return bytes.Repeat([]byte{0x1f}, store.DefaultCompressedLimit+1)

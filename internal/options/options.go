@@ -136,13 +136,15 @@ type Options struct {
 	// server (client-side rate limit).
 	KubeAPIQPS   int
 	KubeAPIBurst int
-	// MaxFileBytes, MaxFileInflatedBytes and MaxFileRecords bound what is
-	// read from object storage (an operations file, volume snapshot
-	// records): its size as stored, the size it inflates to, and its
-	// records. A file over one is not read.
+	// MaxFileBytes, MaxFileInflatedBytes, MaxFileRecords and
+	// MaxFileItems bound what is read from object storage (an operations
+	// file, volume snapshot records): its size as stored, the size it
+	// inflates to, its records, and the elements of the lists inside
+	// them. A file over one is not read.
 	MaxFileBytes         int64
 	MaxFileInflatedBytes int64
 	MaxFileRecords       int
+	MaxFileItems         int
 	// PluginArgs are passed to every plugin process, after --namespace: the
 	// same as the velero server's arguments, which Velero passes to its
 	// plugins (--features, --log-level, --client-qps…).
@@ -190,6 +192,7 @@ func New() Options {
 		MaxFileBytes:            store.DefaultCompressedLimit,
 		MaxFileInflatedBytes:    store.DefaultInflatedLimit,
 		MaxFileRecords:          store.DefaultRecordLimit,
+		MaxFileItems:            store.DefaultItemLimit,
 	}
 }
 
@@ -222,6 +225,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.MaxFileBytes, "max-operations-file-bytes", o.MaxFileBytes, "largest operations file (or other file of a backup) read from object storage, as stored; a larger one is not read and its Backup or Restore gets an OperationsFileTooLarge event")
 	fs.Int64Var(&o.MaxFileInflatedBytes, "max-operations-file-inflated-bytes", o.MaxFileInflatedBytes, "largest size such a file may inflate to; files being decoded at once share this much memory")
 	fs.IntVar(&o.MaxFileRecords, "max-operations-file-records", o.MaxFileRecords, "most records such a file may hold")
+	fs.IntVar(&o.MaxFileItems, "max-operations-file-items", o.MaxFileItems, "most elements the lists inside its records (postOperationItems) may hold, all records together")
 	fs.Var(&o.PluginArgs, "plugin-args", "arguments for every plugin process, the same as your velero server's (e.g. \"--features=EnableCSI --log-level=info\"); may be repeated")
 }
 
@@ -274,6 +278,7 @@ func (o Options) Validate() error {
 		{"--status-write-qps", int64(o.StatusWriteQPS)},
 		{"--kube-api-burst", int64(o.KubeAPIBurst)},
 		{"--max-operations-file-records", int64(o.MaxFileRecords)},
+		{"--max-operations-file-items", int64(o.MaxFileItems)},
 		{"--max-operations-file-bytes", o.MaxFileBytes},
 		{"--max-operations-file-inflated-bytes", o.MaxFileInflatedBytes},
 	} {

@@ -58,6 +58,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	g.Expect(o.MaxFileBytes).To(Equal(int64(8 << 20)))
 	g.Expect(o.MaxFileInflatedBytes).To(Equal(int64(32 << 20)))
 	g.Expect(o.MaxFileRecords).To(Equal(20000))
+	g.Expect(o.MaxFileItems).To(Equal(100000))
 }
 
 func TestFlagsAreParsed(t *testing.T) {
@@ -68,7 +69,7 @@ func TestFlagsAreParsed(t *testing.T) {
 		"--not-moving-after=90s", "--velero-deployment=velero-server", "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--pprof-bind-address=127.0.0.1:6060", "--leader-elect",
 		"--credentials-dir=/run/itemops/credentials", "--kube-api-qps=500", "--kube-api-burst=1000",
 		"--eta-polling", "--min-poll-interval=500ms", "--status-write-qps=20", "--metrics-cert-dir=/certs",
-		"--max-operations-file-bytes=1048576", "--max-operations-file-inflated-bytes=4194304", "--max-operations-file-records=500",
+		"--max-operations-file-bytes=1048576", "--max-operations-file-inflated-bytes=4194304", "--max-operations-file-records=500", "--max-operations-file-items=2000",
 		"--plugin-args=--features=EnableCSI,EnableAPIGroupVersions --log-level=debug", "--plugin-args", "--client-qps=50")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(o).To(Equal(Options{
@@ -99,6 +100,7 @@ func TestFlagsAreParsed(t *testing.T) {
 		MaxFileBytes:            1 << 20,
 		MaxFileInflatedBytes:    4 << 20,
 		MaxFileRecords:          500,
+		MaxFileItems:            2000,
 		PluginArgs:              Args{"--features=EnableCSI,EnableAPIGroupVersions", "--log-level=debug", "--client-qps=50"},
 	}))
 }
@@ -127,8 +129,8 @@ func TestBadValuesAreRejectedWithTheirFlag(t *testing.T) {
 		{"zero failure budget", []string{"--max-progress-failures=0"}, []string{"--max-progress-failures must be at least 1, got 0"}},
 		{"no probe address", []string{"--health-probe-bind-address="}, []string{"--health-probe-bind-address must be set"}},
 		{"certificate for plain HTTP", []string{"--metrics-secure=false", "--metrics-cert-dir=/certs"}, []string{"--metrics-cert-dir needs --metrics-secure"}},
-		{"no file at all", []string{"--max-operations-file-bytes=0", "--max-operations-file-records=0"},
-			[]string{"--max-operations-file-bytes must be at least 1, got 0", "--max-operations-file-records must be at least 1, got 0"}},
+		{"no file at all", []string{"--max-operations-file-bytes=0", "--max-operations-file-records=0", "--max-operations-file-items=0"},
+			[]string{"--max-operations-file-bytes must be at least 1, got 0", "--max-operations-file-records must be at least 1, got 0", "--max-operations-file-items must be at least 1, got 0"}},
 		{"zero API rate", []string{"--kube-api-qps=0"}, []string{"--kube-api-qps must be at least 1, got 0"}},
 		{"plugin argument not a flag", []string{"--plugin-args=server --features=EnableCSI"}, []string{`--plugin-args: "server" is not a flag`}},
 		{

@@ -367,7 +367,7 @@ var _ = Describe("Operations files in object storage", func() {
 			g.Expect(err.Error()).To(ContainSubstring("holds more than 100000 elements in the lists of its records (--max-operations-file-items)"))
 			allocated := after.TotalAlloc - before.TotalAlloc
 			GinkgoWriter.Printf("MEASURED the planted file (%d bytes stored): refused having allocated %d KiB in all\n", len(body), allocated>>10)
-			g.Expect(allocated).To(BeNumerically("<", 32<<20), "all the reader allocated, with the object store plugin's session")
+			g.Expect(allocated).To(BeNumerically("<", 8<<20), "all the reader allocated, with the object store plugin's session")
 		})
 	})
 

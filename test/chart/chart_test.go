@@ -524,7 +524,7 @@ var _ = Describe("The chart", Ordered, func() {
 
 		// Reads from the bucket are bounded, by default and as set.
 		g.Expect(podSpec(render(t)).Containers[0].Args).To(ContainElements("--max-operations-file-bytes=8388608",
-			"--max-operations-file-inflated-bytes=33554432", "--max-operations-file-records=20000"))
+			"--max-operations-file-inflated-bytes=33554432", "--max-operations-file-records=20000", "--max-operations-file-items=100000"))
 		g.Expect(podSpec(render(t, "--set", "maxOperationsFileInflatedBytes=1073741824")).Containers[0].Args).
 			To(ContainElement("--max-operations-file-inflated-bytes=1073741824"))
 	})
