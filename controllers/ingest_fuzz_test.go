@@ -95,7 +95,7 @@ var fuzzBackup = &velerov1api.Backup{
 // decoder, into records whose ItemOperations have valid names and labels,
 // are named the same on every read, and are written back as read.
 // fuzzLimits are small, so that the fuzzer reaches them.
-var fuzzLimits = store.Limits{Compressed: 64 << 10, Inflated: 1 << 20, Records: 1000}
+var fuzzLimits = store.Limits{Compressed: 64 << 10, Inflated: 1 << 20, Records: 1000, Items: 2000}
 
 func FuzzOperationsFile(f *testing.F) {
 	ops := []*itemoperation.BackupOperation{{
@@ -125,11 +125,20 @@ func FuzzOperationsFile(f *testing.F) {
 	f.Add([]byte("not gzip"))
 	f.Add(valid[:len(valid)/2])
 	f.Add([]byte{})
-	// Bombs: 10 KiB inflating to 10 MiB (over fuzzLimits.Inflated), and a
-	// short file of more records than fuzzLimits.Records.
+	// Bombs: 10 KiB inflating to 10 MiB (over fuzzLimits.Inflated), a
+	// short file of more records than fuzzLimits.Records, one of more
+	// post-operation items than fuzzLimits.Items in one record and over
+	// several, and nested shapes: lists in unknown fields, in items, deeper
+	// than the reader allows.
+	items := func(n int) string { return `"postOperationItems":[` + strings.Repeat("{},", n-1) + "{}]" }
 	for _, raw := range [][]byte{
 		append(append([]byte(`["`), bytes.Repeat([]byte("a"), 10<<20)...), `"]`...),
 		[]byte("[" + strings.Repeat("{},", fuzzLimits.Records) + "{}]"),
+		[]byte(`[{"spec":{"operationID":"a",` + items(fuzzLimits.Items+1) + `}}]`),
+		[]byte(`[{"spec":{"operationID":"a",` + items(fuzzLimits.Items/2) + `}},{"spec":{"operationID":"b",` + items(fuzzLimits.Items/2+1) + `}}]`),
+		[]byte(`[{"spec":{"operationID":"a",` + items(3) + `,"unknown":[[1,[2,[3]]],{"x":[4]}]}}]`),
+		[]byte(`[{"spec":{"operationID":"a","postOperationItems":[{"namespace":"n","name":["x"]}]}}]`),
+		[]byte(`[{"spec":{"operationID":"a","unknown":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}}]`),
 	} {
 		data, err := gzipBytes(raw)
 		if err != nil {
@@ -156,6 +165,15 @@ func FuzzOperationsFile(f *testing.F) {
 		}
 		if len(read) > fuzzLimits.Records {
 			t.Fatalf("%d records read, over the limit of %d", len(read), fuzzLimits.Records)
+		}
+		items := 0
+		for _, op := range read {
+			if op != nil {
+				items += len(op.Spec.PostOperationItems)
+			}
+		}
+		if items > fuzzLimits.Items {
+			t.Fatalf("%d post-operation items read, over the limit of %d", items, fuzzLimits.Items)
 		}
 		names := map[string]opRecord{}
 		for i, rec := range fromBackupOperations(read) {
