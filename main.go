@@ -198,7 +198,7 @@ func main() {
 		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
 		SnapshotLocations:       objectStorage,
-		Causes:                  &why.Gatherer{Reader: mgr.GetClient(), Direct: mgr.GetAPIReader(), Server: server},
+		Causes:                  &why.Gatherer{Reader: mgr.GetClient(), Direct: mgr.GetAPIReader(), Server: server, Every: opts.SyncFrequency},
 		VeleroServer:            server,
 		NotMovingAfter:          opts.NotMovingAfter,
 		Recorder:                mgr.GetEventRecorderFor("itemops"),

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/why"
 )
 
 // IndexParentUID indexes ItemOperations by spec.parent.uid in the cache, so
@@ -36,7 +37,9 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &itemopsv1alpha1.ItemOperation{}, IndexParentUID, parentUID); err != nil {
 		return fmt.Errorf("indexing ItemOperations by parent: %w", err)
 	}
-	return nil
+	// The data mover's DataUploads and DataDownloads, which finding why an
+	// operation waits reads.
+	return why.SetupIndexes(ctx, mgr.GetFieldIndexer())
 }
 
 func parentUID(obj client.Object) []string {

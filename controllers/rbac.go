@@ -26,8 +26,12 @@ package controllers
 // +kubebuilder:rbac:groups=events.k8s.io,namespace=velero,resources=events,verbs=create;patch
 
 // What explains why a data movement of Velero's data mover waits (see
-// internal/why): read at every poll through the cache, or once in a phase.
+// internal/why): read at every poll through the cache, once per sync for
+// all operations (node-agent's DaemonSet and ConfigMap, the labels of a
+// node when node-agent's ConfigMap has per-node rules), or by an operation
+// held at one step.
 // +kubebuilder:rbac:groups=velero.io,namespace=velero,resources=datauploads;datadownloads;backuprepositories,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",namespace=velero,resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",namespace=velero,resources=persistentvolumeclaims;configmaps,verbs=get
+// +kubebuilder:rbac:groups="",namespace=velero,resources=persistentvolumeclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=velero,resources=configmaps,verbs=get
 // +kubebuilder:rbac:groups=apps,namespace=velero,resources=daemonsets,verbs=get,resourceNames=node-agent

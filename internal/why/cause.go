@@ -82,8 +82,9 @@ type Movement struct {
 	// NodeAgentPods are the pods of node-agent (label role=node-agent).
 	NodeAgentPods []corev1.Pod
 	// Concurrency is node-agent's loadConcurrency on Node (1 when its
-	// ConfigMap says nothing), and Running the data movements, by kind/name,
-	// InProgress on Node besides this one.
+	// ConfigMap says nothing, 0 when unknown: a per-node rule and a node
+	// that could not be read), and Running the data movements, by
+	// kind/name, InProgress on Node besides this one.
 	Concurrency int
 	Running     []string
 

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
@@ -32,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
@@ -65,6 +67,63 @@ func AddToScheme(s *runtime.Scheme) error {
 	return nil
 }
 
+// The cache's field indexes the gatherer reads DataUploads and
+// DataDownloads through: however many Velero keeps (until their Backup or
+// Restore is deleted), a poll reads only the one of its operation and those
+// running on one node.
+const (
+	// IndexOperationID: a movement's operation ID, its label
+	// velero.io/async-operation-id.
+	IndexOperationID = "itemops.io/async-operation-id"
+	// IndexRunningOn: the node of a movement InProgress, which holds one of
+	// node-agent's data paths there.
+	IndexRunningOn = "itemops.io/running-on"
+)
+
+// Index is a field index the gatherer's Reader must have.
+type Index struct {
+	Object  client.Object
+	Field   string
+	Extract client.IndexerFunc
+}
+
+// Indexes are the field indexes the gatherer's Reader must have.
+func Indexes() []Index {
+	operationID := func(o client.Object) []string {
+		if id := o.GetLabels()[velerov1api.AsyncOperationIDLabel]; id != "" {
+			return []string{id}
+		}
+		return nil
+	}
+	return []Index{
+		{&velerov2alpha1.DataUpload{}, IndexOperationID, operationID},
+		{&velerov2alpha1.DataDownload{}, IndexOperationID, operationID},
+		{&velerov2alpha1.DataUpload{}, IndexRunningOn, func(o client.Object) []string {
+			if du := o.(*velerov2alpha1.DataUpload); du.Status.Phase == velerov2alpha1.DataUploadPhaseInProgress && du.Status.Node != "" {
+				return []string{du.Status.Node}
+			}
+			return nil
+		}},
+		{&velerov2alpha1.DataDownload{}, IndexRunningOn, func(o client.Object) []string {
+			if dd := o.(*velerov2alpha1.DataDownload); dd.Status.Phase == velerov2alpha1.DataDownloadPhaseInProgress && dd.Status.Node != "" {
+				return []string{dd.Status.Node}
+			}
+			return nil
+		}},
+	}
+}
+
+// SetupIndexes adds Indexes to a cache (the manager's field indexer),
+// before it starts.
+func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
+	for _, i := range Indexes() {
+		if err := indexer.IndexField(ctx, i.Object, i.Field, i.Extract); err != nil {
+			return fmt.Errorf("indexing %T by %s: %w", i.Object, i.Field, err)
+		}
+	}
+	return nil
+}
+
 // nodeAgent is the name of node-agent's DaemonSet, as velero install makes it.
 const nodeAgent = "node-agent"
 
@@ -75,15 +134,26 @@ const defaultConcurrency = 1
 type Gatherer struct {
 	// Server, when set, reads Velero's Deployment.
 	Server *ServerWatch
-	// Reader reads what is read at every poll, in Velero's namespace:
-	// DataUploads, DataDownloads, pods and BackupRepositories (the
-	// manager's cache).
+	// Reader reads what is read at every poll, in Velero's namespace, from
+	// the manager's cache: DataUploads and DataDownloads through Indexes,
+	// pods, PersistentVolumeClaims, BackupStorageLocations and
+	// BackupRepositories.
 	Reader client.Reader
-	// Direct reads, around the cache, what is read in one phase only, one
-	// object at a time: the exposed PersistentVolumeClaim and its Events,
-	// the VolumeSnapshots, node-agent's DaemonSet and ConfigMap, the node.
-	// Reader when nil.
+	// Direct reads, around the cache, what is read once per Every for all
+	// operations (node-agent's DaemonSet and ConfigMap, a node's labels),
+	// and what only a movement held at one step reads, one object at a
+	// time: the VolumeSnapshot an Accepted DataUpload waits for, the
+	// Events of an exposed volume that is Pending. Reader when nil.
 	Direct client.Reader
+	// Every is how long what node-agent's DaemonSet, ConfigMap, pods and
+	// nodes say is kept: read once per Every however many operations
+	// ask; at every poll when zero.
+	Every time.Duration
+	// Clock tells the time of those reads (the real clock when nil).
+	Clock clock.PassiveClock
+
+	mu    sync.Mutex
+	agent map[string]*nodeAgentFacts
 }
 
 func (g *Gatherer) direct() client.Reader {
@@ -127,7 +197,7 @@ func (g *Gatherer) Cause(ctx context.Context, op *itemopsv1alpha1.ItemOperation,
 func (g *Gatherer) Movement(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (m Movement, found bool, err error) {
 	ns := op.Namespace
 	m.Namespace = ns
-	selector := client.MatchingLabels{velerov1api.AsyncOperationIDLabel: op.Spec.OperationID}
+	selector := client.MatchingFields{IndexOperationID: op.Spec.OperationID}
 	var sourceNS, sourceSnapshot, location string
 	switch op.Spec.Plugin.Name {
 	case DataUploadPlugin:
@@ -206,11 +276,11 @@ func (g *Gatherer) unexposed(ctx context.Context, m *Movement) error {
 		// no read around the cache.
 		return nil
 	}
-	ds, err := g.nodeAgentDaemonSet(ctx, m.Namespace)
+	facts, err := g.nodeAgent(ctx, m.Namespace)
 	if err != nil {
 		return err
 	}
-	m.PrepareTimeout = prepareTimeout(ds)
+	m.PrepareTimeout = facts.prepareTimeout
 	if restarted != nil {
 		return g.load(ctx, m, m.AcceptedBy)
 	}
@@ -233,12 +303,94 @@ func (g *Gatherer) location(ctx context.Context, m *Movement, name string) error
 }
 
 func (g *Gatherer) nodeAgentPods(ctx context.Context, m *Movement) error {
-	pods := &corev1.PodList{}
-	if err := g.Reader.List(ctx, pods, client.InNamespace(m.Namespace), client.MatchingLabels{"role": nodeAgent}); err != nil {
-		return fmt.Errorf("listing node-agent's pods: %w", err)
+	facts, err := g.nodeAgent(ctx, m.Namespace)
+	if err != nil {
+		return err
 	}
-	m.NodeAgentPods = pods.Items
+	m.NodeAgentPods = facts.pods
 	return nil
+}
+
+// nodeAgentFacts is what node-agent's DaemonSet, ConfigMap and pods say,
+// read once per Every for all operations, and the labels of the nodes
+// asked about since. Read only: operations share it.
+type nodeAgentFacts struct {
+	at   time.Time
+	pods []corev1.Pod
+	// prepareTimeout is its --data-mover-prepare-timeout.
+	prepareTimeout time.Duration
+	// load is its ConfigMap's loadConcurrency, nil when none.
+	load *velerotypes.LoadConcurrency
+	// nodes are the labels of the nodes asked about, read when load has
+	// per-node rules (nil: the node could not be read, and its
+	// concurrency is unknown).
+	nodes map[string]labels.Set
+}
+
+// nodeAgent is what node-agent in namespace says, read again once it is
+// older than Every.
+func (g *Gatherer) nodeAgent(ctx context.Context, namespace string) (*nodeAgentFacts, error) {
+	c := g.Clock
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := c.Now()
+	if f := g.agent[namespace]; f != nil && g.Every > 0 && now.Sub(f.at) < g.Every {
+		return f, nil
+	}
+	f := &nodeAgentFacts{at: now, prepareTimeout: DefaultPrepareTimeout, nodes: map[string]labels.Set{}}
+	pods := &corev1.PodList{}
+	if err := g.Reader.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{"role": nodeAgent}); err != nil {
+		return nil, fmt.Errorf("listing node-agent's pods: %w", err)
+	}
+	f.pods = pods.Items
+	ds, err := g.nodeAgentDaemonSet(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	f.prepareTimeout = prepareTimeout(ds)
+	if f.load, err = g.loadConcurrency(ctx, namespace, ds); err != nil {
+		return nil, err
+	}
+	if g.agent == nil {
+		g.agent = map[string]*nodeAgentFacts{}
+	}
+	g.agent[namespace] = f
+	return f, nil
+}
+
+// concurrencyOn is node-agent's loadConcurrency on node: its global
+// number, else the least per-node rule matching the node's labels.
+func (g *Gatherer) concurrencyOn(ctx context.Context, f *nodeAgentFacts, node string) int {
+	if f.load == nil {
+		return defaultConcurrency
+	}
+	if len(f.load.PerNodeConfig) == 0 {
+		return Concurrency(f.load, nil)
+	}
+	g.mu.Lock()
+	nodeLabels, known := f.nodes[node]
+	g.mu.Unlock()
+	if !known {
+		n := &corev1.Node{}
+		if err := g.direct().Get(ctx, client.ObjectKey{Name: node}, n); err == nil {
+			nodeLabels = labels.Set(n.Labels)
+			if nodeLabels == nil {
+				nodeLabels = labels.Set{}
+			}
+		}
+		g.mu.Lock()
+		f.nodes[node] = nodeLabels
+		g.mu.Unlock()
+	}
+	if nodeLabels == nil {
+		// A rule may match the node, which could not be read: unknown,
+		// and no claim made of it.
+		return 0
+	}
+	return Concurrency(f.load, nodeLabels)
 }
 
 // exposed reads what an Accepted movement exposes: the snapshot, the
@@ -265,7 +417,7 @@ func (g *Gatherer) exposed(ctx context.Context, m *Movement, sourceNS, sourceSna
 		}
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
-	switch err := g.direct().Get(ctx, key, pvc); {
+	switch err := g.Reader.Get(ctx, key, pvc); {
 	case err == nil:
 		m.Volume = pvc
 	case !apierrors.IsNotFound(err):
@@ -323,68 +475,59 @@ func (g *Gatherer) load(ctx context.Context, m *Movement, node string) error {
 	if node == "" {
 		return nil
 	}
-	limit, err := g.concurrency(ctx, m.Namespace, node)
+	facts, err := g.nodeAgent(ctx, m.Namespace)
 	if err != nil {
 		return err
 	}
-	m.Concurrency = limit
+	m.Concurrency = g.concurrencyOn(ctx, facts, node)
+	running := client.MatchingFields{IndexRunningOn: node}
 	uploads := &velerov2alpha1.DataUploadList{}
-	if err := g.Reader.List(ctx, uploads, client.InNamespace(m.Namespace)); err != nil {
+	if err := g.Reader.List(ctx, uploads, client.InNamespace(m.Namespace), running); err != nil {
 		return fmt.Errorf("listing DataUploads: %w", err)
 	}
 	for i := range uploads.Items {
-		u := &uploads.Items[i]
-		if u.Status.Phase == velerov2alpha1.DataUploadPhaseInProgress && u.Status.Node == node && u.Name != m.Name {
+		// The index is the cache's: it may hold one that has just moved on.
+		if u := &uploads.Items[i]; u.Status.Phase == velerov2alpha1.DataUploadPhaseInProgress && u.Status.Node == node && u.Name != m.Name {
 			m.Running = append(m.Running, "DataUpload/"+u.Name)
 		}
 	}
 	downloads := &velerov2alpha1.DataDownloadList{}
-	if err := g.Reader.List(ctx, downloads, client.InNamespace(m.Namespace)); err != nil {
+	if err := g.Reader.List(ctx, downloads, client.InNamespace(m.Namespace), running); err != nil {
 		return fmt.Errorf("listing DataDownloads: %w", err)
 	}
 	for i := range downloads.Items {
-		d := &downloads.Items[i]
-		if d.Status.Phase == velerov2alpha1.DataDownloadPhaseInProgress && d.Status.Node == node && d.Name != m.Name {
+		if d := &downloads.Items[i]; d.Status.Phase == velerov2alpha1.DataDownloadPhaseInProgress && d.Status.Node == node && d.Name != m.Name {
 			m.Running = append(m.Running, "DataDownload/"+d.Name)
 		}
 	}
 	return nil
 }
 
-// concurrency is node-agent's loadConcurrency on node, read as node-agent
-// reads it at its start: the ConfigMap its DaemonSet names with
-// --node-agent-configmap, its global number, else the least per-node rule
-// matching the node's labels.
-func (g *Gatherer) concurrency(ctx context.Context, namespace, node string) (int, error) {
-	ds, err := g.nodeAgentDaemonSet(ctx, namespace)
-	if err != nil || ds == nil {
-		return defaultConcurrency, err
+// loadConcurrency is node-agent's loadConcurrency, read as node-agent
+// reads it at its start: from the ConfigMap its DaemonSet names with
+// --node-agent-configmap. nil when none is set.
+func (g *Gatherer) loadConcurrency(ctx context.Context, namespace string, ds *appsv1.DaemonSet) (*velerotypes.LoadConcurrency, error) {
+	if ds == nil {
+		return nil, nil
 	}
 	name := configMapName(ds)
 	if name == "" {
-		return defaultConcurrency, nil
+		return nil, nil
 	}
 	cm := &corev1.ConfigMap{}
 	if err := g.direct().Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm); err != nil {
 		if apierrors.IsNotFound(err) {
-			return defaultConcurrency, nil
+			return nil, nil
 		}
-		return 0, fmt.Errorf("reading node-agent's ConfigMap %s: %w", name, err)
+		return nil, fmt.Errorf("reading node-agent's ConfigMap %s: %w", name, err)
 	}
 	configs, err := parseConfigs(cm)
-	if err != nil || configs.LoadConcurrency == nil {
+	if err != nil {
 		// node-agent does not start with a ConfigMap it cannot read; one
 		// changed since is not its configuration yet.
-		return defaultConcurrency, nil
+		return nil, nil
 	}
-	var nodeLabels labels.Set
-	if len(configs.LoadConcurrency.PerNodeConfig) > 0 {
-		n := &corev1.Node{}
-		if err := g.direct().Get(ctx, client.ObjectKey{Name: node}, n); err == nil {
-			nodeLabels = n.Labels
-		}
-	}
-	return Concurrency(configs.LoadConcurrency, nodeLabels), nil
+	return configs.LoadConcurrency, nil
 }
 
 // Concurrency is the number of data paths node-agent runs at once on a
