@@ -187,10 +187,17 @@ func main() {
 		log.Error(err, "setting up the ItemOperation writes")
 		os.Exit(1)
 	}
-	// velero server's state is read once per poll interval, for every
-	// operation that does not move.
-	server := &why.ServerWatch{Reader: mgr.GetAPIReader(), Namespace: opts.VeleroNamespace, Name: opts.VeleroDeployment,
-		Every: opts.SyncFrequency}
+	// Why an operation waits: the data mover's objects through the cache,
+	// node-agent and velero server's state once per poll interval for all
+	// operations; unless --find-causes=false.
+	var causes controllers.Causes
+	var server controllers.VeleroServer
+	if opts.FindCauses {
+		watch := &why.ServerWatch{Reader: mgr.GetAPIReader(), Namespace: opts.VeleroNamespace, Name: opts.VeleroDeployment,
+			Every: opts.SyncFrequency}
+		causes = &why.Gatherer{Reader: mgr.GetClient(), Direct: mgr.GetAPIReader(), Server: watch, Every: opts.SyncFrequency}
+		server = watch
+	}
 	if err := (&controllers.ItemOperationReconciler{
 		Client:                  mgr.GetClient(),
 		Stores:                  stores,
@@ -198,7 +205,7 @@ func main() {
 		APIReader:               mgr.GetAPIReader(),
 		Plugins:                 plugins,
 		SnapshotLocations:       objectStorage,
-		Causes:                  &why.Gatherer{Reader: mgr.GetClient(), Direct: mgr.GetAPIReader(), Server: server, Every: opts.SyncFrequency},
+		Causes:                  causes,
 		VeleroServer:            server,
 		NotMovingAfter:          opts.NotMovingAfter,
 		Recorder:                mgr.GetEventRecorderFor("itemops"),

@@ -102,6 +102,11 @@ type Options struct {
 	// VeleroDeployment is the name of Velero's Deployment, whose ready
 	// pods tell whether velero server runs.
 	VeleroDeployment string
+	// FindCauses: read the cluster to say why an operation waits (the
+	// data mover's objects, node-agent, locations, repositories, velero
+	// server's Deployment); without, only progress tells (NotMoving,
+	// NoProgress).
+	FindCauses bool
 	// CredentialsDir receives the BackupStorageLocation credentials handed to
 	// ObjectStore plugins as files; it must be writable.
 	CredentialsDir string
@@ -179,6 +184,7 @@ func New() Options {
 		StallAfter:              15 * time.Minute,
 		NotMovingAfter:          2 * time.Minute,
 		VeleroDeployment:        "velero",
+		FindCauses:              true,
 		CredentialsDir:          filepath.Join(os.TempDir(), "itemops-credentials"),
 		MetricsBindAddress:      ":8443",
 		MetricsSecure:           true,
@@ -209,6 +215,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxProgressFailures, "max-progress-failures", o.MaxProgressFailures, "Progress calls in a row that may fail (plugin unreachable, past its deadline, or an error inside the call) before the operation fails")
 	fs.DurationVar(&o.StallAfter, "stall-after", o.StallAfter, "how long progress may stand still before an operation is marked Stalled")
 	fs.DurationVar(&o.NotMovingAfter, "not-moving-after", o.NotMovingAfter, "how long progress may stand still before an operation that nothing else explains waits on NotMoving (a few polls; 0 turns it off)")
+	fs.BoolVar(&o.FindCauses, "find-causes", o.FindCauses, "read the cluster to say why an operation waits (the data mover's DataUploads and DataDownloads, their pods and volumes, node-agent, locations, repositories, velero server's Deployment); false: only progress tells (NotMoving, NoProgress)")
 	fs.StringVar(&o.VeleroDeployment, "velero-deployment", o.VeleroDeployment, "name of Velero's Deployment in its namespace: with no ready pod, operations that do not move wait on VeleroNotRunning")
 	fs.StringVar(&o.CredentialsDir, "credentials-dir", o.CredentialsDir, "writable directory where BackupStorageLocation credentials are put for the ObjectStore plugins (mode 0600)")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "address of the Prometheus metrics endpoint; 0 turns it off")

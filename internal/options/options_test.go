@@ -50,6 +50,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	g.Expect(o.StallAfter).To(Equal(15 * time.Minute))
 	g.Expect(o.NotMovingAfter).To(Equal(2 * time.Minute))
 	g.Expect(o.VeleroDeployment).To(Equal("velero"))
+	g.Expect(o.FindCauses).To(BeTrue())
 	g.Expect(o.LeaderElect).To(BeFalse())
 	g.Expect(o.PprofBindAddress).To(Equal("0"))
 	g.Expect(o.MetricsBindAddress).To(Equal(":8443"))
@@ -66,7 +67,7 @@ func TestFlagsAreParsed(t *testing.T) {
 	o, err := parse("--mode=manage", "--non-durable-snapshots=Warn", "--velero-namespace=backup-system", "--plugin-dir=/opt/plugins",
 		"--sync-frequency=2s", "--max-concurrent-reconciles=32", "--plugin-call-timeout=5s",
 		"--progress-update-interval=1m", "--max-progress-failures=3", "--stall-after=30m",
-		"--not-moving-after=90s", "--velero-deployment=velero-server", "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--pprof-bind-address=127.0.0.1:6060", "--leader-elect",
+		"--not-moving-after=90s", "--velero-deployment=velero-server", "--find-causes=false", "--metrics-bind-address=0", "--health-probe-bind-address=127.0.0.1:9440", "--pprof-bind-address=127.0.0.1:6060", "--leader-elect",
 		"--credentials-dir=/run/itemops/credentials", "--kube-api-qps=500", "--kube-api-burst=1000",
 		"--eta-polling", "--min-poll-interval=500ms", "--status-write-qps=20", "--metrics-cert-dir=/certs",
 		"--max-operations-file-bytes=1048576", "--max-operations-file-inflated-bytes=4194304", "--max-operations-file-records=500", "--max-operations-file-items=2000",
@@ -85,6 +86,7 @@ func TestFlagsAreParsed(t *testing.T) {
 		StallAfter:              30 * time.Minute,
 		NotMovingAfter:          90 * time.Second,
 		VeleroDeployment:        "velero-server",
+		FindCauses:              false,
 		CredentialsDir:          "/run/itemops/credentials",
 		MetricsBindAddress:      "0",
 		MetricsSecure:           true,
