@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+	"github.com/vmware-tanzu/velero/pkg/apis/velero/shared"
 	velerov2alpha1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
@@ -62,8 +63,11 @@ type dataMoverResult struct {
 	parents    []time.Duration
 	unfinished int
 	// writes: what the API server counted, the stand-in's DataUpload
-	// writes left out (standIn).
+	// writes left out (standIn); reads: the gets and lists it counted
+	// (the velero plugin's list of the operation's DataUpload at each
+	// Progress call among them).
 	writes    map[string]float64
+	reads     map[string]float64
 	standIn   float64
 	cpu       float64
 	pluginCPU float64
@@ -110,12 +114,19 @@ func dataMoverRun(ctx context.Context, root string, cfg config) (*dataMoverResul
 	if err != nil {
 		return nil, err
 	}
+	if err := createKeptUploads(ctx, h.c, cfg.kept); err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	uploads, err := createDataUploads(ctx, h.c, cfg, ops, backups, t0)
 	if err != nil {
 		return nil, err
 	}
 	writesBefore, err := apiWrites(ctx, h.fast)
+	if err != nil {
+		return nil, err
+	}
+	readsBefore, err := apiReads(ctx, h.fast)
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +168,11 @@ func dataMoverRun(ctx context.Context, root string, cfg config) (*dataMoverResul
 	if err != nil {
 		return nil, err
 	}
+	readsAfter, err := apiReads(ctx, h.fast)
+	if err != nil {
+		return nil, err
+	}
+	res.reads = diff(readsAfter, readsBefore)
 	res.writes = diff(writesAfter, writesBefore)
 	res.standIn = res.writes["datauploads"]
 	delete(res.writes, "datauploads")
@@ -215,6 +231,32 @@ func createDataUploads(ctx context.Context, c client.Client, cfg config, ops []o
 				Node: "worker-1", AcceptedByNode: "worker-1", NodeOS: velerov2alpha1.NodeOSLinux},
 		}
 		du.Status.Progress.TotalBytes = st.Size
+		return c.Create(ctx, du)
+	})
+}
+
+// createKeptUploads creates n DataUploads of earlier Backups, Completed,
+// as Velero keeps them until their Backup is deleted: 100 a Backup.
+func createKeptUploads(ctx context.Context, c client.Client, n int) error {
+	done := metav1.NewTime(time.Now().Add(-time.Hour))
+	return forEach(n, func(i int) error {
+		backup := fmt.Sprintf("earlier-%d", i/100)
+		name := fmt.Sprintf("%s-%d", backup, i%100)
+		du := &velerov2alpha1.DataUpload{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: envtest.VeleroNamespace,
+				Labels: map[string]string{velerov1api.BackupNameLabel: backup, velerov1api.PVCUIDLabel: "pvc-" + name,
+					velerov1api.AsyncOperationIDLabel: "du-" + name}},
+			Spec: velerov2alpha1.DataUploadSpec{
+				SnapshotType: velerov2alpha1.SnapshotTypeCSI,
+				CSISnapshot:  &velerov2alpha1.CSISnapshotSpec{VolumeSnapshot: "velero-" + name, StorageClass: "csi-sim", Driver: "csi.itemops.test"},
+				SourcePVC:    name, SourceNamespace: "bench", BackupStorageLocation: "default",
+			},
+			// As createDataUploads: Velero's DataUpload has no status
+			// subresource.
+			Status: velerov2alpha1.DataUploadStatus{Phase: velerov2alpha1.DataUploadPhaseCompleted, Node: "worker-1",
+				StartTimestamp: &done, CompletionTimestamp: &done,
+				Progress: shared.DataMoveOperationProgress{TotalBytes: 1 << 20, BytesDone: 1 << 20}},
+		}
 		return c.Create(ctx, du)
 	})
 }
@@ -340,9 +382,41 @@ func progressCalls(p *itemops, plugin string) (float64, error) {
 func (r *dataMoverResult) summary() string {
 	p50, p99, _ := percentiles(r.detections)
 	pp50, pp99, _ := percentiles(r.parents)
-	return fmt.Sprintf("bench: %d data-mover operations, %s-shaped progress, %s polling: %.1f Progress calls per operation, detection p50 %s p99 %s (%d undetected), parent p50 %s p99 %s, %.2f API writes/op, CPU %.1fs (velero plugin %.1fs), peak RSS %s%s",
-		r.cfg.ops, shapeName(r.cfg.shape), r.cfg.polling, r.calls/float64(r.cfg.ops), round(p50), round(p99), r.undetected, round(pp50), round(pp99),
-		sum(r.writes)/float64(r.cfg.ops), r.cpu, r.pluginCPU, mib(r.peakRSS), timedOut(r.timedOut))
+	return fmt.Sprintf("bench: %d data-mover operations, %s, %s-shaped progress, %s polling: %.1f Progress calls per operation, detection p50 %s p99 %s (%d undetected), parent p50 %s p99 %s, %.2f API writes/op, per poll: %.3f API requests besides the plugin's and %.2f ms of CPU, CPU %.1fs (velero plugin %.1fs), peak RSS %s%s",
+		r.cfg.ops, r.variant(), shapeName(r.cfg.shape), r.cfg.polling, r.calls/float64(r.cfg.ops), round(p50), round(p99), r.undetected, round(pp50), round(pp99),
+		sum(r.writes)/float64(r.cfg.ops), r.requestsPerPoll(), r.cpuPerPoll(), r.cpu, r.pluginCPU, mib(r.peakRSS), timedOut(r.timedOut))
+}
+
+// variant names what the run kept and found.
+func (r *dataMoverResult) variant() string {
+	causes := "finding causes"
+	if r.cfg.noCauses {
+		causes = "not finding causes"
+	}
+	return fmt.Sprintf("%d finished DataUploads kept, %s", r.cfg.kept, causes)
+}
+
+// pluginReads are the reads the velero plugin makes itself: a list of the
+// operation's DataUpload at each Progress call.
+func (r *dataMoverResult) pluginReads() float64 {
+	return r.reads["datauploads"]
+}
+
+// requestsPerPoll are the API requests per Progress call besides the
+// plugin's own reads and the stand-in's writes: itemops' own.
+func (r *dataMoverResult) requestsPerPoll() float64 {
+	if r.calls == 0 {
+		return 0
+	}
+	return (sum(r.reads) - r.pluginReads() + sum(r.writes)) / r.calls
+}
+
+// cpuPerPoll is itemops' CPU per Progress call, in milliseconds.
+func (r *dataMoverResult) cpuPerPoll() float64 {
+	if r.calls == 0 {
+		return 0
+	}
+	return 1000 * r.cpu / r.calls
 }
 
 // shapeName names a shape of progress in results.

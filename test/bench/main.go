@@ -63,6 +63,7 @@ func main() {
 	shape := flag.String("shape", sim.ShapeReal, `the sample plugin's progress: "real" wandering ±50%, with pauses of 5-30 s and a final burst; "" at a constant rate`)
 	dataMover := flag.Int("datamover", 1000, "operations of Velero's CSI data mover (the velero binary's csi-pvc-backupper, node-agent played by a stand-in), run with regular and ETA-aware polling; 0 skips it")
 	dataMoverShape := flag.String("datamover-shape", sim.ShapeReal, "the shape of the data mover's uploads, as -shape")
+	dataMoverKept := flag.Int("datamover-kept", 10000, "then run the data mover's operations, regular polling, with this many finished DataUploads of earlier Backups kept in Velero's namespace, once without finding why operations wait (--find-causes=false) and once with; 0 skips them")
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -138,6 +139,21 @@ func main() {
 				minDuration: *minDuration, maxDuration: *maxDuration,
 				extraArgs: append(append(v.args(), dataMoverPluginArgs(n, *sync)), strings.Fields(*extra)...)}
 			fmt.Fprintf(os.Stderr, "bench: %d data-mover operations over %d Backups, sync %s, %s polling\n", n, backups, *sync, v)
+			r, err := dataMoverRun(context.Background(), root, cfg)
+			if err != nil {
+				fail(err)
+			}
+			movers = append(movers, r)
+			fmt.Fprintln(os.Stderr, r.summary())
+		}
+		for _, noCauses := range []bool{true, false} {
+			if *dataMoverKept <= 0 {
+				break
+			}
+			cfg := config{ops: n, parents: backups, sync: *sync, update: *update, polling: regularPolling, shape: *dataMoverShape,
+				minDuration: *minDuration, maxDuration: *maxDuration, kept: *dataMoverKept, noCauses: noCauses,
+				extraArgs: append(append(regularPolling.args(), dataMoverPluginArgs(n, *sync), fmt.Sprintf("--find-causes=%t", !noCauses)), strings.Fields(*extra)...)}
+			fmt.Fprintf(os.Stderr, "bench: %d data-mover operations over %d Backups, %d finished DataUploads kept, finding causes %t\n", n, backups, cfg.kept, !noCauses)
 			r, err := dataMoverRun(context.Background(), root, cfg)
 			if err != nil {
 				fail(err)

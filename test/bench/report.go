@@ -527,6 +527,7 @@ func writeDataMover(md *strings.Builder, movers []*dataMoverResult) {
 			r.calls/float64(r.cfg.ops), round(p50), round(p99), round(pmax), round(pp50), round(pp99),
 			sum(r.writes)/float64(r.cfg.ops)+1, r.cpu, r.pluginCPU, mib(r.peakRSS))
 	}
+	writeCauseCost(md, movers)
 	md.WriteString("\nAPI writes by resource:\n\n")
 	for _, r := range movers {
 		fmt.Fprintf(md, "- %s polling: %s; the node-agent stand-in's DataUpload writes: %.0f\n", r.cfg.polling, byResource(r.writes), r.standIn)
@@ -535,6 +536,36 @@ func writeDataMover(md *strings.Builder, movers []*dataMoverResult) {
 		}
 	}
 	md.WriteString("\n")
+}
+
+// writeCauseCost adds the runs with finished DataUploads kept, without and
+// with finding why operations wait, side by side.
+func writeCauseCost(md *strings.Builder, movers []*dataMoverResult) {
+	var kept []*dataMoverResult
+	for _, r := range movers {
+		if r.cfg.kept > 0 {
+			kept = append(kept, r)
+		}
+	}
+	if len(kept) == 0 {
+		return
+	}
+	md.WriteString("\nWhat finding why operations wait costs: the same operations again, regular polling, with finished DataUploads of " +
+		"earlier Backups kept in Velero's namespace (Velero keeps them until their Backup is deleted), once with `--find-causes=false` " +
+		"and once with cause finding. Per poll: one Progress call. The plugin's own reads (a list of the operation's DataUpload at each " +
+		"Progress call) are counted apart; itemops' requests are its gets, lists and writes, its cache's watches left out.\n\n")
+	md.WriteString("| DataUploads kept | finding causes | Progress calls | itemops' API requests / poll | the plugin's reads / poll | itemops' CPU / poll | operator CPU | peak RSS | itemops' reads by resource |\n")
+	md.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range kept {
+		reads := map[string]float64{}
+		for k, v := range r.reads {
+			if k != "datauploads" {
+				reads[k] = v
+			}
+		}
+		fmt.Fprintf(md, "| %d | %t | %.0f | %.3f | %.2f | %.2f ms | %.1f s | %s | %s |\n", r.cfg.kept, !r.cfg.noCauses, r.calls,
+			r.requestsPerPoll(), r.pluginReads()/max(r.calls, 1), r.cpuPerPoll(), r.cpu, mib(r.peakRSS), byResource(reads))
+	}
 }
 
 func byResource(writes map[string]float64) string {

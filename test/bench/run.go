@@ -67,6 +67,11 @@ type config struct {
 	// logDir, when set, keeps itemops' log of a run whose plugin was
 	// launched more than discovery and one long-lived process need.
 	logDir string
+	// kept: finished DataUploads of earlier Backups in Velero's namespace
+	// (Velero keeps them until their Backup is deleted), data-mover runs.
+	kept int
+	// noCauses runs itemops with --find-causes=false.
+	noCauses bool
 }
 
 const datamover = "itemops.io/sample-datamover"
@@ -605,6 +610,18 @@ func (h *harness) controlPlaneCPU() float64 {
 
 // apiWrites reads the API server's count of write requests, by resource.
 func apiWrites(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
+	return apiRequests(ctx, cfg, "POST", "PUT", "PATCH", "DELETE", "APPLY", "CREATE", "UPDATE")
+}
+
+// apiReads reads the API server's count of reads (gets and lists; not
+// watches, which last), by resource.
+func apiReads(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
+	return apiRequests(ctx, cfg, "GET", "LIST")
+}
+
+// apiRequests reads the API server's count of requests of verbs, by
+// resource.
+func apiRequests(ctx context.Context, cfg *rest.Config, verbs ...string) (map[string]float64, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -624,9 +641,7 @@ func apiWrites(ctx context.Context, cfg *rest.Config) (map[string]float64, error
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		switch labels["verb"] {
-		case "POST", "PUT", "PATCH", "DELETE", "APPLY", "CREATE", "UPDATE":
-		default:
+		if !slices.Contains(verbs, labels["verb"]) {
 			continue
 		}
 		key := labels["resource"]

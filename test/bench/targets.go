@@ -225,8 +225,31 @@ func costTargets(regular map[int]*result) []target {
 
 func dataMoverTargets(movers []*dataMoverResult) []target {
 	var out []target
-	var regular *dataMoverResult
+	var regular, without *dataMoverResult
 	for _, r := range movers {
+		if r.cfg.kept > 0 {
+			// Finding causes against not, with history kept.
+			if r.cfg.noCauses {
+				without = r
+				continue
+			}
+			if without == nil || without.cpuPerPoll() == 0 {
+				continue
+			}
+			run := fmt.Sprintf("data mover, %d operations, %d finished DataUploads kept: finding causes, ", r.cfg.ops, r.cfg.kept)
+			extra := r.cpuPerPoll()/without.cpuPerPoll() - 1
+			more := r.requestsPerPoll() - without.requestsPerPoll()
+			out = append(out, target{
+				name: run + "extra CPU per poll",
+				want: "≤ 10%", got: fmt.Sprintf("%+.1f%% (%.2f ms against %.2f ms)", 100*extra, r.cpuPerPoll(), without.cpuPerPoll()),
+				met: extra <= 0.10, by: fmt.Sprintf("%.1f points more", 100*(extra-0.10)),
+			}, target{
+				name: run + "extra API requests per poll (the plugin's own left out)",
+				want: "none per operation (≤ 0.01)", got: fmt.Sprintf("%+.3f (%.3f against %.3f)", more, r.requestsPerPoll(), without.requestsPerPoll()),
+				met: more <= 0.01, by: fmt.Sprintf("%.3f more", more-0.01),
+			})
+			continue
+		}
 		run := fmt.Sprintf("data mover, %d operations, %s polling: ", r.cfg.ops, r.cfg.polling)
 		p50, p99, _ := percentiles(r.detections)
 		_, pp99, _ := percentiles(r.parents)
