@@ -17,10 +17,20 @@ limitations under the License.
 package store
 
 import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"io"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
 )
 
 func TestCountElements(t *testing.T) {
@@ -68,4 +78,57 @@ func TestCountElements(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(n).To(Equal(counts{records: 1}))
 	})
+}
+
+// slowBucket serves one gzip file, counting the fetches under way.
+type slowBucket struct {
+	velero.ObjectStore
+	file             []byte
+	mu               sync.Mutex
+	now, most        int
+	release          chan struct{}
+	started, fetched atomic.Int32
+}
+
+func (b *slowBucket) GetObject(string, string) (io.ReadCloser, error) {
+	b.mu.Lock()
+	b.now++
+	b.most = max(b.most, b.now)
+	b.mu.Unlock()
+	b.started.Add(1)
+	<-b.release
+	b.mu.Lock()
+	b.now--
+	b.mu.Unlock()
+	b.fetched.Add(1)
+	return io.NopCloser(bytes.NewReader(b.file)), nil
+}
+
+// Files fetched at once hold at most two of the largest file's worth of
+// memory before their decoding takes its share: the other fetches wait.
+func TestFetchesAreBounded(t *testing.T) {
+	g := NewWithT(t)
+	var gz bytes.Buffer
+	w := gzip.NewWriter(&gz)
+	_, _ = w.Write([]byte(`[{"spec":{}}]`))
+	_ = w.Close()
+	bucket := &slowBucket{file: gz.Bytes(), release: make(chan struct{})}
+	limits := Limits{}.withDefaults()
+	s := boundedObjectStore{ObjectStore: bucket, ctx: context.Background(), limits: limits,
+		budget: semaphore.NewWeighted(limits.Inflated), fetching: semaphore.NewWeighted(2 * limits.Compressed)}
+	var readers sync.WaitGroup
+	for range 10 {
+		readers.Go(func() {
+			r, err := s.GetObject("bucket", "key")
+			if err == nil {
+				_ = r.Close()
+			}
+		})
+	}
+	g.Eventually(bucket.started.Load).Should(Equal(int32(2)))
+	g.Consistently(bucket.started.Load).WithTimeout(200*time.Millisecond).Should(Equal(int32(2)), "the other fetches wait")
+	close(bucket.release)
+	readers.Wait()
+	g.Expect(bucket.fetched.Load()).To(Equal(int32(10)))
+	g.Expect(bucket.most).To(Equal(2))
 }

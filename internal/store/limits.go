@@ -89,19 +89,28 @@ func (l Limits) withDefaults() Limits {
 
 // boundedObjectStore is the object store of one session, whose reads are
 // checked against the limits before Velero's persistence package decodes
-// them. Decoding holds up to Limits.Inflated of the budget for the bytes
-// the file inflates to, so that files decoded at once together stay within
-// one file's worth, however many parents are reconciled at once.
+// them. Fetching a file holds Limits.Compressed of the fetching budget
+// until the file is checked and its decoding holds its share of the
+// budget: up to Limits.Inflated for the bytes it inflates to. Files read
+// and decoded at once together stay within those two budgets, however many
+// parents are reconciled at once.
 type boundedObjectStore struct {
 	velero.ObjectStore
-	ctx    context.Context
-	limits Limits
-	budget *semaphore.Weighted
+	ctx              context.Context
+	limits           Limits
+	budget, fetching *semaphore.Weighted
 }
 
 // GetObject implements velero.ObjectStore: the object, once it is known to
 // be within the limits.
 func (s boundedObjectStore) GetObject(bucket, key string) (io.ReadCloser, error) {
+	if err := s.fetching.Acquire(s.ctx, s.limits.Compressed); err != nil {
+		return nil, err
+	}
+	// Decoding waits for its share while the file is held: the budget
+	// is taken before the fetching one is given back, never the other
+	// way round.
+	defer s.fetching.Release(s.limits.Compressed)
 	body, err := s.ObjectStore.GetObject(bucket, key)
 	if err != nil {
 		return nil, err

@@ -73,6 +73,10 @@ type Store struct {
 
 	budgetOnce sync.Once
 	budget     *semaphore.Weighted
+	// fetching bounds the bytes read from the bucket at once, before a
+	// file's decoding takes its share of the budget: two files of the
+	// largest size.
+	fetching *semaphore.Weighted
 }
 
 // BackupOperations returns the records of a backup's operations file; no
@@ -244,8 +248,11 @@ func (s *Store) withBackupStore(ctx context.Context, name string, write bool, fn
 		getter := persistence.NewObjectBackupStoreGetterWithSecretStore(
 			&credentialFiles{ctx: ctx, store: s}, &secretValues{ctx: ctx, store: s})
 		limits := s.Limits.withDefaults()
-		s.budgetOnce.Do(func() { s.budget = semaphore.NewWeighted(limits.Inflated) })
-		bounded := boundedObjectStore{ObjectStore: objectStore, ctx: ctx, limits: limits, budget: s.budget}
+		s.budgetOnce.Do(func() {
+			s.budget = semaphore.NewWeighted(limits.Inflated)
+			s.fetching = semaphore.NewWeighted(2 * limits.Compressed)
+		})
+		bounded := boundedObjectStore{ObjectStore: objectStore, ctx: ctx, limits: limits, budget: s.budget, fetching: s.fetching}
 		bs, err := getter.Get(location, singleObjectStore{bounded}, discardLogger())
 		if err != nil {
 			return fmt.Errorf("opening BackupStorageLocation %s: %w", name, err)
