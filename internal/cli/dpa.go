@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/itemops/itemops/internal/oadp"
+	"github.com/itemops/itemops/internal/view"
 )
 
 func newValuesFromDPACommand(o *options) *cobra.Command {
@@ -76,14 +77,15 @@ Warnings go to standard error. See docs/openshift.md.`,
 			}
 			values, warnings, err := oadp.FromDPA(dpa, velero)
 			if err != nil {
-				return err
+				// Its words quote the cluster's strings: printed safe.
+				return printableError{err}
 			}
 			out, err := yaml.Marshal(values)
 			if err != nil {
 				return err
 			}
 			for _, w := range warnings {
-				fmt.Fprintln(o.streams.ErrOut, "warning:", w)
+				fmt.Fprintln(o.streams.ErrOut, "warning:", view.Printable(w))
 			}
 			fmt.Fprintf(o.streams.Out, "# itemops' values for the Velero that OADP runs from DataProtectionApplication %s/%s\n"+
 				"# (kubectl itemops values-from-dpa); install in the same namespace:\n"+
@@ -92,3 +94,11 @@ Warnings go to standard error. See docs/openshift.md.`,
 		},
 	}
 }
+
+// printableError prints an error whose words quote what the cluster holds
+// (a DPA's or a Deployment's strings) without its control characters or
+// terminal sequences.
+type printableError struct{ err error }
+
+func (e printableError) Error() string { return view.Printable(e.err.Error()) }
+func (e printableError) Unwrap() error { return e.err }

@@ -145,6 +145,14 @@ func FromDPA(dpa *unstructured.Unstructured, velero *appsv1.Deployment) (Values,
 		if !mountsAt(c, "/target") {
 			continue
 		}
+		// The chart renders initContainers as a template (tpl): what
+		// comes from the cluster must not be one.
+		for _, s := range []string{c.Name, c.Image, string(c.ImagePullPolicy)} {
+			if strings.Contains(s, "{{") || strings.Contains(s, "}}") {
+				return v, nil, fmt.Errorf("Velero's init container %q holds %q, which the chart would evaluate as a template: "+
+					"not a name or an image; fix Velero's Deployment (the DPA's plugins)", c.Name, s)
+			}
+		}
 		v.InitContainers = append(v.InitContainers, InitContainer{Name: c.Name, Image: c.Image, ImagePullPolicy: c.ImagePullPolicy,
 			VolumeMounts: []corev1.VolumeMount{{Name: "plugins", MountPath: "/target"}}})
 	}

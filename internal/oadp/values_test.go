@@ -134,6 +134,15 @@ func TestFromDPA(t *testing.T) {
 		g.Expect(err).To(MatchError(ErrNotApplied))
 	})
 
+	t.Run("refused: an init container's image the chart would evaluate as a template", func(t *testing.T) {
+		g := NewWithT(t)
+		dpa, d := fixture(t, "sample.yaml")
+		d.Spec.Template.Spec.InitContainers[0].Image = `quay.io/x:{{ (lookup "v1" "Secret" "kube-system" "").items }}`
+		_, _, err := FromDPA(dpa, d)
+		g.Expect(err).To(MatchError(And(ContainSubstring("which the chart would evaluate as a template"),
+			ContainSubstring(d.Spec.Template.Spec.InitContainers[0].Name))))
+	})
+
 	t.Run("refused: a Deployment another DPA, or nobody, made", func(t *testing.T) {
 		g := NewWithT(t)
 		dpa, d := fixture(t, "sample.yaml")

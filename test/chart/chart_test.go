@@ -467,6 +467,11 @@ var _ = Describe("The chart", Ordered, func() {
 		g.Expect(verbsOn(rules(g, custom, "Role")["itemops-plugins"], "velero.io", "datauploads")).To(BeEmpty())
 		g.Expect(verbsOn(rules(g, custom, "ClusterRole")["itemops-plugins"], "example.io", "regions")).To(Equal([]string{"list"}))
 		g.Expect(initContainers(custom)["manager"].Args).To(ContainElements("--plugin-args=--features=EnableCSI", "--plugin-args=--client-qps=100"))
+		// An argument YAML would read otherwise (a colon and a space, a
+		// comment, a quote, braces) is one argument, as given.
+		odd := `--restore-resource-priorities=a: b #c "d" {{e}}`
+		quoted := render(t, "--set-json", `pluginArgs=["`+strings.ReplaceAll(odd, `"`, `\"`)+`"]`)
+		g.Expect(initContainers(quoted)["manager"].Args).To(ContainElement("--plugin-args=" + odd))
 
 		older := render(t, "--set", "builtinPlugins.image.tag=v1.17.1")
 		g.Expect(initContainers(older)["velero-builtin-plugins"].Image).To(Equal("velero/velero:v1.17.1"))
