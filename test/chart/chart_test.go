@@ -537,6 +537,30 @@ var _ = Describe("The chart", Ordered, func() {
 	// Metrics are served over HTTPS to readers the API server vouches for,
 	// unless the user turns it off; a certificate of one's own is mounted,
 	// cert-manager may issue it, and a NetworkPolicy is opt-in.
+	It("the viewer and editor roles are aggregated into the built-in ones unless turned off", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		labelsOf := func(objs []*unstructured.Unstructured, name string) map[string]string {
+			for _, o := range objs {
+				if o.GetKind() == "ClusterRole" && o.GetName() == name {
+					return o.GetLabels()
+				}
+			}
+			g.Expect(name).To(BeEmpty(), "no ClusterRole %s rendered", name)
+			return nil
+		}
+		aggregated := render(t)
+		g.Expect(labelsOf(aggregated, "itemops-itemoperation-viewer")).To(HaveKeyWithValue("rbac.authorization.k8s.io/aggregate-to-view", "true"))
+		g.Expect(labelsOf(aggregated, "itemops-itemoperation-editor")).To(And(
+			HaveKeyWithValue("rbac.authorization.k8s.io/aggregate-to-edit", "true"), HaveKeyWithValue("rbac.authorization.k8s.io/aggregate-to-admin", "true")))
+		apart := render(t, "--set", "rbac.aggregateToBuiltinRoles=false")
+		for _, name := range []string{"itemops-itemoperation-viewer", "itemops-itemoperation-editor"} {
+			for key := range labelsOf(apart, name) {
+				g.Expect(key).NotTo(HavePrefix("rbac.authorization.k8s.io/aggregate-to-"), "%s still aggregated", name)
+			}
+		}
+	})
+
 	It("metrics are authenticated unless turned off", func() {
 		t := GinkgoTB()
 		g := NewWithT(t)

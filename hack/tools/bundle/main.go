@@ -170,12 +170,15 @@ func decode(r io.Reader) ([]*unstructured.Unstructured, error) {
 // returns the objects the bundle carries beside it.
 func build(objs []*unstructured.Unstructured, o options, icon []byte, description string) (*operatorsv1alpha1.ClusterServiceVersion, []*unstructured.Unstructured, error) {
 	var (
-		deployment     *appsv1.Deployment
-		serviceAccount string
-		roles          = map[string][]rbacv1.PolicyRule{}
-		clusterRoles   = map[string][]rbacv1.PolicyRule{}
-		bound          = map[string]bool{} // "Role/name", "ClusterRole/name" bound to the ServiceAccount
-		crds, others   []*unstructured.Unstructured
+		deployment       *appsv1.Deployment
+		serviceAccount   string
+		roles            = map[string][]rbacv1.PolicyRule{}
+		clusterRoles     = map[string][]rbacv1.PolicyRule{}
+		serviceAccountNS string
+		bound            = map[string]bool{} // "Role/name", "ClusterRole/name" bound to the ServiceAccount
+		bindings         []*unstructured.Unstructured
+		roleObjects      = map[string]*unstructured.Unstructured{} // "Role/name", "ClusterRole/name"
+		crds, others     []*unstructured.Unstructured
 	)
 	for _, u := range objs {
 		switch u.GetKind() {
@@ -188,7 +191,7 @@ func build(objs []*unstructured.Unstructured, o options, icon []byte, descriptio
 				return nil, nil, err
 			}
 		case "ServiceAccount":
-			serviceAccount = u.GetName()
+			serviceAccount, serviceAccountNS = u.GetName(), u.GetNamespace()
 		case "Role", "ClusterRole":
 			role := &rbacv1.ClusterRole{}
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, role); err != nil {
@@ -198,16 +201,10 @@ func build(objs []*unstructured.Unstructured, o options, icon []byte, descriptio
 				roles[u.GetName()] = role.Rules
 			} else {
 				clusterRoles[u.GetName()] = role.Rules
-				// Not bound to itemops: the roles the chart aggregates into
-				// view and edit, carried as they are.
-				others = append(others, clean(u))
 			}
+			roleObjects[u.GetKind()+"/"+u.GetName()] = u
 		case "RoleBinding", "ClusterRoleBinding":
-			binding := &rbacv1.RoleBinding{}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, binding); err != nil {
-				return nil, nil, err
-			}
-			bound[binding.RoleRef.Kind+"/"+binding.RoleRef.Name] = true
+			bindings = append(bindings, u)
 		case "CustomResourceDefinition":
 			crds = append(crds, clean(u))
 		case "Service", "ServiceMonitor", "PrometheusRule", "PodDisruptionBudget", "Secret", "ConfigMap":
@@ -219,15 +216,44 @@ func build(objs []*unstructured.Unstructured, o options, icon []byte, descriptio
 	if deployment == nil || serviceAccount == "" {
 		return nil, nil, fmt.Errorf("the chart rendered no Deployment or no ServiceAccount")
 	}
-	// ClusterRoles bound to itemops become its cluster permissions (OLM
-	// binds them); the others stay objects of the bundle.
-	others = slices.DeleteFunc(others, func(u *unstructured.Unstructured) bool {
-		return u.GetKind() == "ClusterRole" && bound["ClusterRole/"+u.GetName()]
-	})
+	// A role is itemops' own when a binding gives it to itemops'
+	// ServiceAccount; OLM binds those (permissions, clusterPermissions).
+	// Bindings to anyone else (metrics.readers) and the roles only they
+	// name stay objects of the bundle, as the chart renders them.
+	referenced := map[string]bool{}
+	for _, u := range bindings {
+		binding := &rbacv1.RoleBinding{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, binding); err != nil {
+			return nil, nil, err
+		}
+		key := binding.RoleRef.Kind + "/" + binding.RoleRef.Name
+		referenced[key] = true
+		ours := slices.ContainsFunc(binding.Subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Name == serviceAccount && s.Namespace == serviceAccountNS
+		})
+		if ours && len(binding.Subjects) > 1 {
+			return nil, nil, fmt.Errorf("%s %s binds %s to itemops and to others: OLM would bind it to itemops alone", u.GetKind(), u.GetName(), key)
+		}
+		if ours {
+			bound[key] = true
+		} else {
+			others = append(others, clean(u))
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(roleObjects)) {
+		if u := roleObjects[key]; !bound[key] {
+			// Aggregated into view and edit, or bound to others: carried
+			// as they are.
+			if u.GetKind() == "Role" && !referenced[key] {
+				return nil, nil, fmt.Errorf("Role %s is bound to nobody", u.GetName())
+			}
+			others = append(others, clean(u))
+		}
+	}
 	var permissions, clusterPermissions []operatorsv1alpha1.StrategyDeploymentPermissions
 	for _, name := range slices.Sorted(maps.Keys(roles)) {
 		if !bound["Role/"+name] {
-			return nil, nil, fmt.Errorf("Role %s is bound to nobody", name)
+			continue
 		}
 		permissions = append(permissions, operatorsv1alpha1.StrategyDeploymentPermissions{ServiceAccountName: serviceAccount, Rules: roles[name]})
 	}
