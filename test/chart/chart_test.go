@@ -537,6 +537,13 @@ var _ = Describe("The chart", Ordered, func() {
 	// Metrics are served over HTTPS to readers the API server vouches for,
 	// unless the user turns it off; a certificate of one's own is mounted,
 	// cert-manager may issue it, and a NetworkPolicy is opt-in.
+	It("the manager may get nodes, to read node-agent's per-node rules, unless it finds no causes", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		g.Expect(verbsOn(rules(g, render(t), "ClusterRole")["itemops-nodes"], "", "nodes")).To(Equal([]string{"get"}))
+		g.Expect(rules(g, render(t, "--set", "findCauses=false"), "ClusterRole")).NotTo(HaveKey("itemops-nodes"))
+	})
+
 	It("the viewer and editor roles are aggregated into the built-in ones unless turned off", func() {
 		t := GinkgoTB()
 		g := NewWithT(t)
