@@ -145,6 +145,34 @@ var _ = Describe("the OLM bundle", func() {
 		g.Expect(err).To(HaveOccurred(), string(out))
 		g.Expect(string(out)).To(ContainSubstring(`owned CRD "itemops.io/v1alpha1, Kind=ItemOperationX" not found in bundle`))
 	})
+
+	It("carries a binding of the metrics readers as an object, not as itemops' permission, and warns of images pinned by tag", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		root := filepath.Join(chartDir, "..", "..")
+		sample, err := os.ReadFile(filepath.Join(root, "config", "olm", "values.yaml"))
+		g.Expect(err).NotTo(HaveOccurred())
+		values := filepath.Join(t.TempDir(), "values.yaml")
+		g.Expect(os.WriteFile(values, append(sample, []byte("metrics:\n  readers:\n  - kind: ServiceAccount\n    name: prometheus\n    namespace: monitoring\n")...), 0o644)).To(Succeed())
+		dir := filepath.Join(t.TempDir(), "bundle")
+		out := makeIn(g, root, "bundle", "BUNDLE_DIR="+dir, "BUNDLE_VALUES="+values,
+			"IMG=registry.example.com/itemops@sha256:"+strings.Repeat("ab", 32), "VERSION=1.2.3")
+		g.Expect(out).To(ContainSubstring("velero-builtin-plugins runs velero/velero:v1.18.3, pinned by tag"))
+		g.Expect(out).NotTo(ContainSubstring("manager runs"), "the manager is pinned by digest")
+
+		csv := csvOf(g, dir)
+		clusterPermissions, _, _ := unstructured.NestedSlice(csv.Object, "spec", "install", "spec", "clusterPermissions")
+		for _, p := range clusterPermissions {
+			data, err := yaml.Marshal(p)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(string(data)).NotTo(ContainSubstring("/metrics"), "itemops is not a metrics reader")
+		}
+		binding, err := os.ReadFile(filepath.Join(dir, "manifests", "itemops-metrics-reader_clusterrolebinding.yaml"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(string(binding)).To(And(ContainSubstring("name: prometheus"), ContainSubstring("namespace: monitoring")))
+		_, err = os.Stat(filepath.Join(dir, "manifests", "itemops-metrics-reader_clusterrole.yaml"))
+		g.Expect(err).NotTo(HaveOccurred(), "the role it binds, carried too")
+	})
 })
 
 var _ = Describe("the OLM bundle image", func() {

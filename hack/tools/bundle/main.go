@@ -272,6 +272,11 @@ func build(objs []*unstructured.Unstructured, o options, icon []byte, descriptio
 	for _, c := range append(slices.Clone(spec.Template.Spec.Containers), spec.Template.Spec.InitContainers...) {
 		if !slices.ContainsFunc(related, func(r operatorsv1alpha1.RelatedImage) bool { return r.Image == c.Image }) {
 			related = append(related, operatorsv1alpha1.RelatedImage{Name: c.Name, Image: c.Image})
+			if !strings.Contains(c.Image, "@sha256:") {
+				// A tag can be moved under a published bundle; a digest
+				// cannot (docs/security.md).
+				fmt.Fprintf(os.Stderr, "bundle: warning: %s runs %s, pinned by tag: pin it by digest in the values of a bundle you publish\n", c.Name, c.Image)
+			}
 		}
 	}
 	manager := spec.Template.Spec.Containers[0].Image
