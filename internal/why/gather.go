@@ -114,10 +114,11 @@ func Indexes() []Index {
 }
 
 // SetupIndexes adds Indexes to a cache (the manager's field indexer),
-// before it starts.
+// before it starts. A kind the API server does not serve (a cluster
+// without Velero's data mover CRDs) has no movements to index: skipped.
 func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	for _, i := range Indexes() {
-		if err := indexer.IndexField(ctx, i.Object, i.Field, i.Extract); err != nil {
+		if err := indexer.IndexField(ctx, i.Object, i.Field, i.Extract); err != nil && !meta.IsNoMatchError(err) {
 			return fmt.Errorf("indexing %T by %s: %w", i.Object, i.Field, err)
 		}
 	}
