@@ -355,6 +355,9 @@ var _ = Describe("The chart", Ordered, func() {
 				))
 				delete(clusterRoles, "itemops-metrics-auth")
 				delete(clusterRoles, "itemops-metrics-reader")
+				// The labels node-agent's per-node rules match, and nothing else.
+				g.Expect(clusterRoles["itemops-nodes"]).To(ConsistOf(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}))
+				delete(clusterRoles, "itemops-nodes")
 				for name, rs := range merge(roles, clusterRoles) {
 					for _, r := range rs {
 						for _, field := range [][]string{r.Verbs, r.Resources, r.APIGroups} {

@@ -97,7 +97,7 @@ var _ = Describe("The install manifests", func() {
 					g.Expect(kinds).To(HaveKeyWithValue("ServiceAccount", 1))
 					g.Expect(kinds).To(HaveKeyWithValue("Role", 3))
 					g.Expect(kinds).To(HaveKeyWithValue("RoleBinding", 3))
-					g.Expect(kinds).To(HaveKeyWithValue("ClusterRoleBinding", 2), "Velero's built-in plugins read VolumeSnapshots; the metrics server asks who scrapes")
+					g.Expect(kinds).To(HaveKeyWithValue("ClusterRoleBinding", 3), "Velero's built-in plugins read VolumeSnapshots; the metrics server asks who scrapes; the manager reads nodes' labels")
 				} else {
 					g.Expect(kinds).To(HaveKeyWithValue("ItemOperation", 1))
 				}
@@ -165,6 +165,10 @@ var _ = Describe("The install manifests", func() {
 						continue
 					case obj.GetKind() == "ClusterRole" && obj.GetName() == "itemops-metrics-reader":
 						g.Expect(role.Rules).To(ConsistOf(rbacv1.PolicyRule{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}))
+						continue
+					case obj.GetKind() == "ClusterRole" && obj.GetName() == "itemops-nodes":
+						// The labels node-agent's per-node rules match.
+						g.Expect(role.Rules).To(ConsistOf(rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}))
 						continue
 					}
 					for _, r := range role.Rules {
