@@ -66,9 +66,17 @@ type dataMoverResult struct {
 	// writes left out (standIn); reads: the gets and lists it counted
 	// (the velero plugin's list of the operation's DataUpload at each
 	// Progress call among them).
-	writes    map[string]float64
-	reads     map[string]float64
-	standIn   float64
+	writes  map[string]float64
+	reads   map[string]float64
+	standIn float64
+	// itemopsReads and itemopsWrites are the requests itemops' own client
+	// made (its rest_client_requests_total: gets, lists and watches, and
+	// the rest), the plugin process's and the API server's own left out.
+	itemopsReads, itemopsWrites float64
+	// profile is where itemops' CPU went over the polling, and causeCPU
+	// the part of it under finding why operations wait (kept runs).
+	profile   *profileRow
+	causeCPU  time.Duration
 	cpu       float64
 	pluginCPU float64
 	peakRSS   int64
@@ -141,11 +149,12 @@ func dataMoverRun(ctx context.Context, root string, cfg config) (*dataMoverResul
 	ended := watchEnded(ctx, h.c)
 	finalized := watchFinalizing(ctx, h.c, backups)
 	res := &dataMoverResult{cfg: cfg}
-	deadline := t0
+	lastEnd := t0
 	for _, u := range uploads {
-		deadline = maxTime(deadline, u.state.CompletesAt())
+		lastEnd = maxTime(lastEnd, u.state.CompletesAt())
 	}
-	deadline = deadline.Add(10*cfg.sync + 2*time.Minute)
+	prof := startProfiling(ctx, p, cfg, lastEnd, func() (float64, error) { return progressCalls(p, dataMoverPlugin) })
+	deadline := lastEnd.Add(10*cfg.sync + 2*time.Minute)
 	var last sample
 	for {
 		time.Sleep(time.Second)
@@ -161,6 +170,17 @@ func dataMoverRun(ctx context.Context, root string, cfg config) (*dataMoverResul
 	res.cpu, res.pluginCPU = last.cpuSeconds, last.pluginCPU
 	if res.calls, err = progressCalls(p, dataMoverPlugin); err != nil {
 		return nil, err
+	}
+	if res.itemopsReads, res.itemopsWrites, err = clientRequests(p); err != nil {
+		return nil, err
+	}
+	profiled, err := prof.finish(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.profile = profiled.row(nil, int(res.calls))
+	if profiled != nil {
+		res.causeCPU = cpuUnder(profiled.cpu, causeFrames)
 	}
 	p.stop()
 	agent.stop()
@@ -379,12 +399,36 @@ func progressCalls(p *itemops, plugin string) (float64, error) {
 	return families.Sum("itemops_progress_calls_total", map[string]string{"plugin": plugin}), nil
 }
 
+// clientRequests are the requests itemops' own client has made: reads
+// (GET: gets, lists and watches) and writes (every other method).
+func clientRequests(p *itemops) (reads, writes float64, err error) {
+	families, err := scrape.Get(p.metrics, "https://"+p.metricsAddr+"/metrics")
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading itemops' metrics: %w", err)
+	}
+	all := families.Sum("rest_client_requests_total", nil)
+	if all < 0 {
+		return 0, 0, fmt.Errorf("itemops' metrics have no rest_client_requests_total")
+	}
+	reads = families.Sum("rest_client_requests_total", map[string]string{"method": "GET"})
+	return reads, all - reads, nil
+}
+
 func (r *dataMoverResult) summary() string {
 	p50, p99, _ := percentiles(r.detections)
 	pp50, pp99, _ := percentiles(r.parents)
-	return fmt.Sprintf("bench: %d data-mover operations, %s, %s-shaped progress, %s polling: %.1f Progress calls per operation, detection p50 %s p99 %s (%d undetected), parent p50 %s p99 %s, %.2f API writes/op, per poll: %.3f API requests besides the plugin's and %.2f ms of CPU, CPU %.1fs (velero plugin %.1fs), peak RSS %s%s",
+	return fmt.Sprintf("bench: %d data-mover operations, %s, %s-shaped progress, %s polling: %.1f Progress calls per operation, detection p50 %s p99 %s (%d undetected), parent p50 %s p99 %s, %.2f API writes/op, per poll: itemops' client %.4f reads and %.3f writes, %.2f ms of CPU, CPU %.1fs (velero plugin %.1fs), peak RSS %s%s",
 		r.cfg.ops, r.variant(), shapeName(r.cfg.shape), r.cfg.polling, r.calls/float64(r.cfg.ops), round(p50), round(p99), r.undetected, round(pp50), round(pp99),
-		sum(r.writes)/float64(r.cfg.ops), r.requestsPerPoll(), r.cpuPerPoll(), r.cpu, r.pluginCPU, mib(r.peakRSS), timedOut(r.timedOut))
+		sum(r.writes)/float64(r.cfg.ops), r.itemopsReads/max(r.calls, 1), r.itemopsWrites/max(r.calls, 1), r.cpuPerPoll(), r.cpu, r.pluginCPU, mib(r.peakRSS), timedOut(r.timedOut))
+}
+
+// pollingLabel is the run's polling, and for a run with DataUploads kept
+// what it kept and found.
+func (r *dataMoverResult) pollingLabel() string {
+	if r.cfg.kept == 0 {
+		return string(r.cfg.polling)
+	}
+	return fmt.Sprintf("%s (%s)", r.cfg.polling, r.variant())
 }
 
 // variant names what the run kept and found.
@@ -402,13 +446,22 @@ func (r *dataMoverResult) pluginReads() float64 {
 	return r.reads["datauploads"]
 }
 
-// requestsPerPoll are the API requests per Progress call besides the
-// plugin's own reads and the stand-in's writes: itemops' own.
-func (r *dataMoverResult) requestsPerPoll() float64 {
-	if r.calls == 0 {
+// profiledCPUPerPoll is itemops' CPU per Progress call over its profile;
+// zero when it was not profiled.
+func (r *dataMoverResult) profiledCPUPerPoll() time.Duration {
+	if r.profile == nil || r.profile.calls == 0 {
 		return 0
 	}
-	return (sum(r.reads) - r.pluginReads() + sum(r.writes)) / r.calls
+	return r.profile.total / time.Duration(r.profile.calls)
+}
+
+// causeCPUPerPoll is the part of profiledCPUPerPoll under finding why
+// operations wait.
+func (r *dataMoverResult) causeCPUPerPoll() time.Duration {
+	if r.profile == nil || r.profile.calls == 0 {
+		return 0
+	}
+	return r.causeCPU / time.Duration(r.profile.calls)
 }
 
 // cpuPerPoll is itemops' CPU per Progress call, in milliseconds.

@@ -153,6 +153,8 @@ func main() {
 			cfg := config{ops: n, parents: backups, sync: *sync, update: *update, polling: regularPolling, shape: *dataMoverShape,
 				minDuration: *minDuration, maxDuration: *maxDuration, kept: *dataMoverKept, noCauses: noCauses,
 				extraArgs: append(append(regularPolling.args(), dataMoverPluginArgs(n, *sync), fmt.Sprintf("--find-causes=%t", !noCauses)), strings.Fields(*extra)...)}
+			// What finding causes costs is read from a profile of each.
+			cfg.profileDir = filepath.Join(*out, "profiles")
 			fmt.Fprintf(os.Stderr, "bench: %d data-mover operations over %d Backups, %d finished DataUploads kept, finding causes %t\n", n, backups, cfg.kept, !noCauses)
 			r, err := dataMoverRun(context.Background(), root, cfg)
 			if err != nil {

@@ -110,6 +110,51 @@ func cpuParts(p *profile.Profile) (map[string]time.Duration, time.Duration) {
 	return parts, total
 }
 
+// causeFrames are the frames of finding why an operation waits: itemops'
+// internal/why and the reconciler's calls into it. A sample with one of
+// them anywhere in its stack is cause finding's CPU, whatever its leaf
+// (a deep copy or a request under the Gatherer counts too).
+var causeFrames = []string{"github.com/itemops/itemops/internal/why.",
+	"controllers.(*ItemOperationReconciler).dataMoverCause", "controllers.(*ItemOperationReconciler).veleroServer"}
+
+// cpuUnder is the CPU of a profile's samples with a frame matching one of
+// fragments anywhere in their stack, why.IsDataMover (a label read that
+// metrics make too) left out.
+func cpuUnder(p *profile.Profile, fragments []string) time.Duration {
+	if p == nil {
+		return 0
+	}
+	value := len(p.SampleType) - 1
+	for i, st := range p.SampleType {
+		if st.Type == "cpu" {
+			value = i
+		}
+	}
+	var total time.Duration
+	for _, s := range p.Sample {
+		if stackHas(s, fragments) {
+			total += time.Duration(s.Value[value])
+		}
+	}
+	return total
+}
+
+func stackHas(s *profile.Sample, fragments []string) bool {
+	for _, loc := range s.Location {
+		for _, line := range loc.Line {
+			if line.Function == nil || strings.HasSuffix(line.Function.Name, "why.IsDataMover") {
+				continue
+			}
+			for _, f := range fragments {
+				if strings.Contains(line.Function.Name, f) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // profileRow is one run's CPU by part, per Progress call.
 type profileRow struct {
 	label  string
@@ -216,16 +261,21 @@ type profiling struct {
 	done        chan error
 	cpu         *profile.Profile
 	allocs      int64
+	// calls, when set, counts the Progress calls made so far: read as the
+	// CPU profile starts and as it ends, for runs whose plugin records
+	// no polls of its own (the velero binary).
+	calls          func() (float64, error)
+	callsInProfile float64
 }
 
 // startProfiling takes a CPU profile of itemops from two sync intervals
 // after its start (the operations ingested, polling steady) until the last
 // transfer's end, when cfg asks for profiles; nil otherwise.
-func startProfiling(ctx context.Context, p *itemops, cfg config, lastEnd time.Time) *profiling {
+func startProfiling(ctx context.Context, p *itemops, cfg config, lastEnd time.Time, calls func() (float64, error)) *profiling {
 	if cfg.profileDir == "" {
 		return nil
 	}
-	pr := &profiling{cfg: cfg, p: p, done: make(chan error, 1)}
+	pr := &profiling{cfg: cfg, p: p, done: make(chan error, 1), calls: calls}
 	pr.from = p.started.Add(2 * cfg.sync)
 	seconds := max(5, int(lastEnd.Sub(pr.from).Seconds()))
 	pr.until = pr.from.Add(time.Duration(seconds) * time.Second)
@@ -236,9 +286,22 @@ func startProfiling(ctx context.Context, p *itemops, cfg config, lastEnd time.Ti
 			pr.done <- ctx.Err()
 			return
 		}
+		var before float64
+		if pr.calls != nil {
+			var err error
+			if before, err = pr.calls(); err != nil {
+				pr.done <- err
+				return
+			}
+		}
 		var err error
 		pr.cpu, err = fetchProfile(ctx, p.pprofAddr, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds),
 			filepath.Join(cfg.profileDir, cfg.profileName()+"-cpu.pb.gz"))
+		if err == nil && pr.calls != nil {
+			var after float64
+			after, err = pr.calls()
+			pr.callsInProfile = after - before
+		}
 		pr.done <- err
 	}()
 	return pr
@@ -261,12 +324,13 @@ func (pr *profiling) finish(ctx context.Context) (*profiling, error) {
 }
 
 // row is the profile's table row: its parts per Progress call made while
-// it was taken, and the bytes allocated per call over the whole run.
-func (pr *profiling) row(polls map[string][]poll) *profileRow {
+// it was taken, and the bytes allocated per call over the whole run (all
+// calls: the polls, or the calls counted when the run records no polls).
+func (pr *profiling) row(polls map[string][]poll, all int) *profileRow {
 	if pr == nil {
 		return nil
 	}
-	inWindow, all := 0, 0
+	inWindow := int(pr.callsInProfile)
 	for _, ps := range polls {
 		for _, q := range ps {
 			all++
@@ -289,6 +353,9 @@ func (c config) profileName() string {
 	if c.plugin != "" {
 		name = "datamover-" + name
 	}
+	if c.kept > 0 {
+		name += fmt.Sprintf("-kept%d-causes-%t", c.kept, !c.noCauses)
+	}
 	return name
 }
 
@@ -297,6 +364,9 @@ func (c config) profileLabel() string {
 	label := fmt.Sprintf("%d ops, %s", c.ops, c.polling)
 	if c.plugin != "" {
 		label = "data mover " + label
+	}
+	if c.kept > 0 {
+		label += fmt.Sprintf(", %d kept, finding causes %t", c.kept, !c.noCauses)
 	}
 	return label
 }

@@ -69,3 +69,29 @@ func TestCPUParts(t *testing.T) {
 		t.Errorf("parts %v, total %s; want 30 ms JSON, 10 ms reconcile, 40 ms", parts, total)
 	}
 }
+
+func TestCPUUnderCauseFinding(t *testing.T) {
+	fn := func(id uint64, name string) *profile.Function { return &profile.Function{ID: id, Name: name} }
+	loc := func(id uint64, f *profile.Function) *profile.Location {
+		return &profile.Location{ID: id, Line: []profile.Line{{Function: f}}}
+	}
+	deepCopy := loc(1, fn(1, "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1.(*DataUpload).DeepCopy"))
+	gather := loc(2, fn(2, "github.com/itemops/itemops/internal/why.(*Gatherer).Cause"))
+	server := loc(3, fn(3, "github.com/itemops/itemops/controllers.(*ItemOperationReconciler).veleroServer"))
+	poll := loc(4, fn(4, "github.com/itemops/itemops/controllers.(*ItemOperationReconciler).poll"))
+	isDataMover := loc(5, fn(5, "github.com/itemops/itemops/internal/why.IsDataMover"))
+	scrape := loc(6, fn(6, "github.com/itemops/itemops/internal/metrics.(*collector).Collect"))
+	ms := func(n int) []int64 { return []int64{1, int64(time.Duration(n) * time.Millisecond)} }
+	p := &profile.Profile{
+		SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		Sample: []*profile.Sample{
+			{Location: []*profile.Location{deepCopy, gather, poll}, Value: ms(7)}, // a copy under the Gatherer
+			{Location: []*profile.Location{server, poll}, Value: ms(2)},
+			{Location: []*profile.Location{deepCopy, poll}, Value: ms(50)},      // the poll's own
+			{Location: []*profile.Location{isDataMover, scrape}, Value: ms(11)}, // metrics reading a label
+		},
+	}
+	if got := cpuUnder(p, causeFrames); got != 9*time.Millisecond {
+		t.Errorf("cpuUnder = %s, want 9ms (the Gatherer's copy and the server's state only)", got)
+	}
+}

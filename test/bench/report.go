@@ -523,14 +523,14 @@ func writeDataMover(md *strings.Builder, movers []*dataMoverResult) {
 		p50, p99, pmax := percentiles(r.detections)
 		pp50, pp99, _ := percentiles(r.parents)
 		fmt.Fprintf(md, "| %d | %s–%s | %s | %d | %s | %s | %.1f | %s / %s / %s | %s / %s | %.2f | %.1f s | %.1f s | %s |\n",
-			r.cfg.ops, r.cfg.minDuration, r.cfg.maxDuration, shapeName(r.cfg.shape), r.cfg.parents, r.cfg.sync, r.cfg.polling,
+			r.cfg.ops, r.cfg.minDuration, r.cfg.maxDuration, shapeName(r.cfg.shape), r.cfg.parents, r.cfg.sync, r.pollingLabel(),
 			r.calls/float64(r.cfg.ops), round(p50), round(p99), round(pmax), round(pp50), round(pp99),
 			sum(r.writes)/float64(r.cfg.ops)+1, r.cpu, r.pluginCPU, mib(r.peakRSS))
 	}
 	writeCauseCost(md, movers)
 	md.WriteString("\nAPI writes by resource:\n\n")
 	for _, r := range movers {
-		fmt.Fprintf(md, "- %s polling: %s; the node-agent stand-in's DataUpload writes: %.0f\n", r.cfg.polling, byResource(r.writes), r.standIn)
+		fmt.Fprintf(md, "- %s polling: %s; the node-agent stand-in's DataUpload writes: %.0f\n", r.pollingLabel(), byResource(r.writes), r.standIn)
 		if r.undetected > 0 || r.unfinished > 0 {
 			fmt.Fprintf(md, "  - not seen ended: %d operations; not Finalizing: %d Backups\n", r.undetected, r.unfinished)
 		}
@@ -550,12 +550,14 @@ func writeCauseCost(md *strings.Builder, movers []*dataMoverResult) {
 	if len(kept) == 0 {
 		return
 	}
-	md.WriteString("\nWhat finding why operations wait costs: the same operations again, regular polling, with finished DataUploads of " +
-		"earlier Backups kept in Velero's namespace (Velero keeps them until their Backup is deleted), once with `--find-causes=false` " +
-		"and once with cause finding. Per poll: one Progress call. The plugin's own reads (a list of the operation's DataUpload at each " +
-		"Progress call) are counted apart; itemops' requests are its gets, lists and writes, its cache's watches left out.\n\n")
-	md.WriteString("| DataUploads kept | finding causes | Progress calls | itemops' API requests / poll | the plugin's reads / poll | itemops' CPU / poll | operator CPU | peak RSS | itemops' reads by resource |\n")
-	md.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	md.WriteString("\nWhat finding why operations wait costs: the same operations again, regular polling, each run on a fresh API server " +
+		"with finished DataUploads of earlier Backups kept in Velero's namespace (Velero keeps them until their Backup is deleted), " +
+		"once with `--find-causes=false` and once with cause finding. Per poll: per Progress call. Requests: those of itemops' own client " +
+		"(its `rest_client_requests_total`; reads are gets, lists and the cache's watches), the plugin process's and the API server's own apart. " +
+		"CPU per poll: from a CPU profile of itemops over the polling (profiles/), divided by the Progress calls made meanwhile; " +
+		"finding causes is every sample with a frame of internal/why or of the reconciler's calls into it in its stack.\n\n")
+	md.WriteString("| DataUploads kept | finding causes | Progress calls | itemops' reads / poll | itemops' writes / poll | the plugin's reads / poll | itemops' CPU / poll | of which finding causes | operator CPU, whole run | peak RSS | the API server's reads by resource |\n")
+	md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range kept {
 		reads := map[string]float64{}
 		for k, v := range r.reads {
@@ -563,9 +565,18 @@ func writeCauseCost(md *strings.Builder, movers []*dataMoverResult) {
 				reads[k] = v
 			}
 		}
-		fmt.Fprintf(md, "| %d | %t | %.0f | %.3f | %.2f | %.2f ms | %.1f s | %s | %s |\n", r.cfg.kept, !r.cfg.noCauses, r.calls,
-			r.requestsPerPoll(), r.pluginReads()/max(r.calls, 1), r.cpuPerPoll(), r.cpu, mib(r.peakRSS), byResource(reads))
+		calls := max(r.calls, 1)
+		fmt.Fprintf(md, "| %d | %t | %.0f | %.4f | %.3f | %.2f | %s | %s | %.1f s | %s | %s |\n", r.cfg.kept, !r.cfg.noCauses, r.calls,
+			r.itemopsReads/calls, r.itemopsWrites/calls, r.pluginReads()/calls, perPoll(r.profiledCPUPerPoll()), perPoll(r.causeCPUPerPoll()),
+			r.cpu, mib(r.peakRSS), byResource(reads))
 	}
+}
+
+func perPoll(d time.Duration) string {
+	if d == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f µs", float64(d.Nanoseconds())/1000)
 }
 
 func byResource(writes map[string]float64) string {

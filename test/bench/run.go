@@ -304,7 +304,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 	defer p.kill()
 
 	finalized := watchFinalizing(ctx, h.c, backups)
-	prof := startProfiling(ctx, p, cfg, lastEndOf(ops, t0))
+	prof := startProfiling(ctx, p, cfg, lastEndOf(ops, t0), nil)
 	var samples []sample
 	// Real-shaped transfers pause and outlast their nominal duration: the
 	// run waits for the last plugin-side completion.
@@ -381,7 +381,7 @@ func run(ctx context.Context, root string, cfg config) (*result, error) {
 		timedOut:      last.finalizing < len(backups),
 		queueCounts:   queueCounts,
 		workers:       workers(cfg.extraArgs),
-		profile:       profiled.row(polls),
+		profile:       profiled.row(polls, 0),
 	}), nil
 }
 
