@@ -266,19 +266,19 @@ undeploy: ## Remove what deploy created.
 .PHONY: cluster
 cluster: ## Run a real one-node Kubernetes here (needs root; installs containerd, runc, the CNI plugins and iptables with apt-get when missing) with Velero and itemops installed as the README says; prints how to reach it; Ctrl-C tears it all down.
 	hack/cluster-packages.sh
-	@go run ./hack/cluster $(CLUSTER_ARGS)
+	@go run ./test/cmd/cluster $(CLUSTER_ARGS)
 
 ##@ Demo
 
 # DEMO=synthetic shows itemops without the real Velero (nothing to build but
-# kube-apiserver and etcd); DEMO_ARGS are passed on (go run ./hack/demo -h).
+# kube-apiserver and etcd); DEMO_ARGS are passed on (go run ./test/cmd/demo -h).
 DEMO ?= real
 
 .PHONY: picture
 picture: ## Draw `kubectl itemops watch` on the demo's real Backup into docs/images (an animated SVG of the run and a still one), through a pseudo-terminal and a terminal emulator; about 2 minutes once the demo's binaries are built.
-	go run ./hack/picture -out docs/images
+	go run ./test/cmd/picture -out docs/images
 
 .PHONY: demo
 demo: ## Run the real Velero and itemops end to end on a local control plane, building what they need the first time (DEMO=synthetic: without Velero). Ctrl-C ends it.
 	@echo "==> compiling the demo (the first time on a machine: a few minutes)"
-	@go run ./hack/demo -flow=$(DEMO) $(DEMO_ARGS)
+	@go run ./test/cmd/demo -flow=$(DEMO) $(DEMO_ARGS)

@@ -59,8 +59,8 @@ func run(out string, cols, rows int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Println("picture: running the demo (go run ./hack/demo) in a pseudo-terminal; the first time on a machine it builds Velero and the control plane")
-	demo, err := pseudoterm.Start(root, 160, 50, "go", "run", "./hack/demo", "-flow=real")
+	fmt.Println("picture: running the demo (go run ./test/cmd/demo) in a pseudo-terminal; the first time on a machine it builds Velero and the control plane")
+	demo, err := pseudoterm.Start(root, 160, 50, "go", "run", "./test/cmd/demo", "-flow=real")
 	if err != nil {
 		return err
 	}
