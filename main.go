@@ -43,7 +43,7 @@ import (
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/controllers"
 	"github.com/itemops/itemops/internal/kube"
-	"github.com/itemops/itemops/internal/kubeversion"
+	"github.com/itemops/itemops/internal/compat"
 	"github.com/itemops/itemops/internal/metrics"
 	"github.com/itemops/itemops/internal/metricsauth"
 	"github.com/itemops/itemops/internal/options"
@@ -277,7 +277,10 @@ func main() {
 		}
 	}
 
-	kubeversion.Report(cfg, mgr.GetHTTPClient(), ctrl.Log.WithName("kubernetes-version"))
+	if err := mgr.Add(&compat.KubernetesCheck{Config: cfg, HTTPClient: mgr.GetHTTPClient()}); err != nil {
+		log.Error(err, "adding the Kubernetes version check")
+		os.Exit(1)
+	}
 
 	// Which Velero runs, and which serves the built-in plugins: reported
 	// once by the leader (docs/velero.md, "Velero releases").
@@ -285,7 +288,7 @@ func main() {
 	if _, err := os.Stat(builtinPlugins); err != nil {
 		builtinPlugins = ""
 	}
-	if err := mgr.Add(&controllers.VeleroVersionCheck{
+	if err := mgr.Add(&compat.VeleroCheck{
 		Reader: mgr.GetAPIReader(), Recorder: recorder, Namespace: opts.VeleroNamespace, Deployment: opts.VeleroDeployment,
 		BuiltinPlugins: builtinPlugins, Binaries: plugins, Timeout: opts.PluginCallTimeout,
 	}); err != nil {

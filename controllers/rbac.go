@@ -35,3 +35,8 @@ package controllers
 // +kubebuilder:rbac:groups="",namespace=velero,resources=persistentvolumeclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",namespace=velero,resources=configmaps,verbs=get
 // +kubebuilder:rbac:groups=apps,namespace=velero,resources=daemonsets,verbs=get,resourceNames=node-agent
+
+// Velero's Deployment, by its name: its image says which Velero runs
+// (internal/compat, at start) and its replicas whether velero server runs
+// (internal/why).
+// +kubebuilder:rbac:groups=apps,namespace=velero,resources=deployments,verbs=get,resourceNames=velero

@@ -50,7 +50,7 @@ import (
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
-	"github.com/itemops/itemops/controllers"
+	"github.com/itemops/itemops/internal/compat"
 	"github.com/itemops/itemops/test/plugins/sim"
 	scrapepkg "github.com/itemops/itemops/test/scrape"
 	"github.com/itemops/itemops/test/stack"
@@ -429,9 +429,9 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		events := &corev1.EventList{}
 		Expect(s.Client.List(ctx, events, client.InNamespace(s.Namespace))).To(Succeed())
 		for _, e := range events.Items {
-			if e.InvolvedObject.Kind == "Deployment" && e.InvolvedObject.Name == controllers.VeleroDeployment {
-				Expect(e.Reason).NotTo(BeElementOf(controllers.ReasonVeleroUnsupported, controllers.ReasonVeleroUntested,
-					controllers.ReasonBuiltinPluginsRelease), e.Message)
+			if e.InvolvedObject.Kind == "Deployment" && e.InvolvedObject.Name == compat.VeleroDeployment {
+				Expect(e.Reason).NotTo(BeElementOf(compat.ReasonVeleroUnsupported, compat.ReasonVeleroUntested,
+					compat.ReasonBuiltinPluginsRelease), e.Message)
 			}
 		}
 	})

@@ -34,7 +34,7 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
-	"github.com/itemops/itemops/controllers"
+	"github.com/itemops/itemops/internal/compat"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
 	"github.com/itemops/itemops/test/proc"
@@ -219,14 +219,14 @@ func releaseSpecs(version string) {
 		g := NewWithT(t)
 		ctx := context.Background()
 		d := &appsv1.Deployment{}
-		g.Expect(w.env.Client.Get(ctx, client.ObjectKey{Namespace: envtest.VeleroNamespace, Name: controllers.VeleroDeployment}, d)).To(Succeed())
+		g.Expect(w.env.Client.Get(ctx, client.ObjectKey{Namespace: envtest.VeleroNamespace, Name: compat.VeleroDeployment}, d)).To(Succeed())
 		patch := client.MergeFrom(d.DeepCopy())
 		d.Spec.Template.Spec.Containers[0].Image = "velero/velero:v1.10.2"
 		g.Expect(w.env.Client.Patch(ctx, d, patch)).To(Succeed())
 		w.startItemops(t, "observe")
 		g.Eventually(w.warnings, 20*time.Second, 250*time.Millisecond).Should(And(
-			HaveKeyWithValue(controllers.ReasonVeleroUnsupported, ContainSubstring("Velero v1.10.2 has no asynchronous plugin operations")),
-			HaveKeyWithValue(controllers.ReasonBuiltinPluginsRelease, ContainSubstring(
+			HaveKeyWithValue(compat.ReasonVeleroUnsupported, ContainSubstring("Velero v1.10.2 has no asynchronous plugin operations")),
+			HaveKeyWithValue(compat.ReasonBuiltinPluginsRelease, ContainSubstring(
 				"the built-in plugins in itemops' plugin directory are velero v"+version+", but Velero runs v1.10.2"))))
 	})
 }

@@ -29,7 +29,7 @@ import (
 	velerov2alpha1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
-	"github.com/itemops/itemops/controllers"
+	"github.com/itemops/itemops/internal/compat"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
 )
@@ -126,7 +126,7 @@ func (w *world) warnings(g Gomega) map[string]string {
 	g.Expect(w.env.Client.List(context.Background(), list, client.InNamespace(envtest.VeleroNamespace))).To(Succeed())
 	out := map[string]string{}
 	for _, e := range list.Items {
-		if e.Type == corev1.EventTypeWarning && e.InvolvedObject.Kind == "Deployment" && e.InvolvedObject.Name == controllers.VeleroDeployment {
+		if e.Type == corev1.EventTypeWarning && e.InvolvedObject.Kind == "Deployment" && e.InvolvedObject.Name == compat.VeleroDeployment {
 			out[e.Reason] = e.Message
 		}
 	}

@@ -29,7 +29,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/itemops/itemops/internal/kubeversion"
+	"github.com/itemops/itemops/internal/compat"
 )
 
 // row is one Kubernetes release of the results table.
@@ -130,8 +130,8 @@ func TestDocsNameTheReleasesThatPassed(t *testing.T) {
 
 func TestItemopsNamesTheReleasesThatPassed(t *testing.T) {
 	oldest, newest := supported(t, readResults(t))
-	if kubeversion.OldestMinor != oldest || kubeversion.NewestMinor != newest {
+	if compat.OldestKubernetesMinor != oldest || compat.NewestKubernetesMinor != newest {
 		t.Errorf("internal/kubeversion says 1.%d to 1.%d at start; make test-kube passed 1.%d to 1.%d",
-			kubeversion.OldestMinor, kubeversion.NewestMinor, oldest, newest)
+			compat.OldestKubernetesMinor, compat.NewestKubernetesMinor, oldest, newest)
 	}
 }

@@ -14,9 +14,9 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package veleroversion tells which Velero releases itemops works with, and
-// what a release found in a cluster means for it: the pure half of the check
-// itemops makes at start (controllers/veleroversion.go), from the image of
-// Velero's Deployment and the version of the velero binary that serves the
-// built-in plugins from itemops' plugin directory.
-package veleroversion
+// Package compat says what itemops runs beside: which Kubernetes releases
+// and which Velero releases it is tested with (test/kube, test/compat), and
+// what a release found in a cluster means for it. Each check reads its
+// release once, at start, as a Runnable of the manager, and reports it; it
+// never stops itemops.
+package compat

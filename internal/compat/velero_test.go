@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package veleroversion
+package compat
 
 import (
 	"testing"
@@ -60,7 +60,7 @@ func TestFromVersionOutput(t *testing.T) {
 	}
 }
 
-func TestAssess(t *testing.T) {
+func TestAssessVelero(t *testing.T) {
 	for _, tc := range []struct {
 		release string
 		want    Support
@@ -77,13 +77,13 @@ func TestAssess(t *testing.T) {
 		{"1.19.0", Untested},
 		{"2.0.0", Untested},
 	} {
-		got, why := Assess(version.MustParseSemantic(tc.release))
+		got, why := AssessVelero(version.MustParseSemantic(tc.release))
 		if got != tc.want || why == "" {
-			t.Errorf("Assess(%s) = %s (%q), want %s", tc.release, got, why, tc.want)
+			t.Errorf("AssessVelero(%s) = %s (%q), want %s", tc.release, got, why, tc.want)
 		}
 	}
-	if got, _ := Assess(nil); got != Unknown {
-		t.Errorf("Assess(nil) = %s, want %s", got, Unknown)
+	if got, _ := AssessVelero(nil); got != Unknown {
+		t.Errorf("AssessVelero(nil) = %s, want %s", got, Unknown)
 	}
 }
 
