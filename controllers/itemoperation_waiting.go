@@ -72,7 +72,7 @@ const (
 func (r *ItemOperationReconciler) explain(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState, now time.Time) {
 	var cause *why.Cause
 	var checked []string
-	if r.Causes != nil && why.IsDataMover(op) {
+	if r.Causes != nil && op.IsDataMover() {
 		deadline, _ := r.deadline(op, parent)
 		cause, checked = r.dataMoverCause(ctx, op, why.When{Now: now, Deadline: deadline, CancelAt: cancelAt(op), VeleroRecords: r.veleroRecords(op)})
 	}

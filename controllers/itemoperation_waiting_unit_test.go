@@ -87,7 +87,7 @@ var _ = Describe("Why an operation waits, polled", Label("unit"), func() {
 		t := GinkgoTB()
 		start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		clock := clocktesting.NewFakeClock(start)
-		c, op := oneWaitingOperation(t, why.DataUploadPlugin, "du-1")
+		c, op := oneWaitingOperation(t, itemopsv1alpha1.DataUploadPlugin, "du-1")
 		// 1,000 bytes a second, 120 s long.
 		p := &scriptedPlugin{clock: clock, started: start, total: 120_000}
 		causes := &scriptedCauses{}

@@ -35,7 +35,6 @@ import (
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/internal/progress"
-	"github.com/itemops/itemops/internal/why"
 )
 
 // Call results, the result label of the call metrics.
@@ -307,7 +306,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		// all have ended: a dashboard then shows 0, not "no data".
 		stalled[pk] += 0
 		causes := pluginCauses
-		if why.IsDataMover(op) {
+		if op.IsDataMover() {
 			causes = dataMoverCauses
 		}
 		for _, cause := range causes {

@@ -18,118 +18,25 @@ package why
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	snapshotv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 	velerov2alpha1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
 	"github.com/vmware-tanzu/velero/pkg/label"
-	velerotypes "github.com/vmware-tanzu/velero/pkg/types"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 )
-
-// The plugins of Velero's CSI data mover, whose operations are DataUploads
-// and DataDownloads.
-const (
-	DataUploadPlugin   = "velero.io/csi-pvc-backupper"
-	DataDownloadPlugin = "velero.io/csi-pvc-restorer"
-)
-
-// IsDataMover reports whether op is a data movement of Velero's data mover.
-func IsDataMover(op *itemopsv1alpha1.ItemOperation) bool {
-	return (op.Spec.Plugin.Kind == itemopsv1alpha1.PluginKindBackupItemAction && op.Spec.Plugin.Name == DataUploadPlugin) ||
-		(op.Spec.Plugin.Kind == itemopsv1alpha1.PluginKindRestoreItemAction && op.Spec.Plugin.Name == DataDownloadPlugin)
-}
-
-// AddToScheme adds the kinds Gather reads to a scheme.
-func AddToScheme(s *runtime.Scheme) error {
-	for _, add := range []func(*runtime.Scheme) error{velerov2alpha1.AddToScheme, snapshotv1.AddToScheme} {
-		if err := add(s); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// The cache's field indexes the gatherer reads DataUploads and
-// DataDownloads through: however many Velero keeps (until their Backup or
-// Restore is deleted), a poll reads only the one of its operation and those
-// running on one node.
-const (
-	// IndexOperationID: a movement's operation ID, its label
-	// velero.io/async-operation-id.
-	IndexOperationID = "itemops.io/async-operation-id"
-	// IndexRunningOn: the node of a movement InProgress, which holds one of
-	// node-agent's data paths there.
-	IndexRunningOn = "itemops.io/running-on"
-)
-
-// Index is a field index the gatherer's Reader must have.
-type Index struct {
-	Object  client.Object
-	Field   string
-	Extract client.IndexerFunc
-}
-
-// Indexes are the field indexes the gatherer's Reader must have.
-func Indexes() []Index {
-	operationID := func(o client.Object) []string {
-		if id := o.GetLabels()[velerov1api.AsyncOperationIDLabel]; id != "" {
-			return []string{id}
-		}
-		return nil
-	}
-	return []Index{
-		{&velerov2alpha1.DataUpload{}, IndexOperationID, operationID},
-		{&velerov2alpha1.DataDownload{}, IndexOperationID, operationID},
-		{&velerov2alpha1.DataUpload{}, IndexRunningOn, func(o client.Object) []string {
-			if du := o.(*velerov2alpha1.DataUpload); du.Status.Phase == velerov2alpha1.DataUploadPhaseInProgress && du.Status.Node != "" {
-				return []string{du.Status.Node}
-			}
-			return nil
-		}},
-		{&velerov2alpha1.DataDownload{}, IndexRunningOn, func(o client.Object) []string {
-			if dd := o.(*velerov2alpha1.DataDownload); dd.Status.Phase == velerov2alpha1.DataDownloadPhaseInProgress && dd.Status.Node != "" {
-				return []string{dd.Status.Node}
-			}
-			return nil
-		}},
-	}
-}
-
-// SetupIndexes adds Indexes to a cache (the manager's field indexer),
-// before it starts. A kind the API server does not serve (a cluster
-// without Velero's data mover CRDs) has no movements to index: skipped.
-func SetupIndexes(ctx context.Context, indexer client.FieldIndexer) error {
-	for _, i := range Indexes() {
-		if err := indexer.IndexField(ctx, i.Object, i.Field, i.Extract); err != nil && !meta.IsNoMatchError(err) {
-			return fmt.Errorf("indexing %T by %s: %w", i.Object, i.Field, err)
-		}
-	}
-	return nil
-}
-
-// nodeAgent is the name of node-agent's DaemonSet, as velero install makes it.
-const nodeAgent = "node-agent"
-
-// defaultConcurrency is node-agent's loadConcurrency when its ConfigMap sets none.
-const defaultConcurrency = 1
 
 // Gatherer reads what the cluster says about data movements.
 type Gatherer struct {
@@ -201,7 +108,7 @@ func (g *Gatherer) Movement(ctx context.Context, op *itemopsv1alpha1.ItemOperati
 	selector := client.MatchingFields{IndexOperationID: op.Spec.OperationID}
 	var sourceNS, sourceSnapshot, location string
 	switch op.Spec.Plugin.Name {
-	case DataUploadPlugin:
+	case itemopsv1alpha1.DataUploadPlugin:
 		list := &velerov2alpha1.DataUploadList{}
 		if err := g.Reader.List(ctx, list, client.InNamespace(ns), selector); err != nil {
 			return m, false, fmt.Errorf("listing DataUploads: %w", err)
@@ -220,7 +127,7 @@ func (g *Gatherer) Movement(ctx context.Context, op *itemopsv1alpha1.ItemOperati
 		if du.Spec.CSISnapshot != nil {
 			sourceSnapshot = du.Spec.CSISnapshot.VolumeSnapshot
 		}
-	case DataDownloadPlugin:
+	case itemopsv1alpha1.DataDownloadPlugin:
 		list := &velerov2alpha1.DataDownloadList{}
 		if err := g.Reader.List(ctx, list, client.InNamespace(ns), selector); err != nil {
 			return m, false, fmt.Errorf("listing DataDownloads: %w", err)
@@ -301,97 +208,6 @@ func (g *Gatherer) location(ctx context.Context, m *Movement, name string) error
 		return fmt.Errorf("reading BackupStorageLocation %s: %w", name, err)
 	}
 	return nil
-}
-
-func (g *Gatherer) nodeAgentPods(ctx context.Context, m *Movement) error {
-	facts, err := g.nodeAgent(ctx, m.Namespace)
-	if err != nil {
-		return err
-	}
-	m.NodeAgentPods = facts.pods
-	return nil
-}
-
-// nodeAgentFacts is what node-agent's DaemonSet, ConfigMap and pods say,
-// read once per Every for all operations, and the labels of the nodes
-// asked about since. Read only: operations share it.
-type nodeAgentFacts struct {
-	at   time.Time
-	pods []corev1.Pod
-	// prepareTimeout is its --data-mover-prepare-timeout.
-	prepareTimeout time.Duration
-	// load is its ConfigMap's loadConcurrency, nil when none.
-	load *velerotypes.LoadConcurrency
-	// nodes are the labels of the nodes asked about, read when load has
-	// per-node rules (nil: the node could not be read, and its
-	// concurrency is unknown).
-	nodes map[string]labels.Set
-}
-
-// nodeAgent is what node-agent in namespace says, read again once it is
-// older than Every.
-func (g *Gatherer) nodeAgent(ctx context.Context, namespace string) (*nodeAgentFacts, error) {
-	c := g.Clock
-	if c == nil {
-		c = clock.RealClock{}
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	now := c.Now()
-	if f := g.agent[namespace]; f != nil && g.Every > 0 && now.Sub(f.at) < g.Every {
-		return f, nil
-	}
-	f := &nodeAgentFacts{at: now, prepareTimeout: DefaultPrepareTimeout, nodes: map[string]labels.Set{}}
-	pods := &corev1.PodList{}
-	if err := g.Reader.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{"role": nodeAgent}); err != nil {
-		return nil, fmt.Errorf("listing node-agent's pods: %w", err)
-	}
-	f.pods = pods.Items
-	ds, err := g.nodeAgentDaemonSet(ctx, namespace)
-	if err != nil {
-		return nil, err
-	}
-	f.prepareTimeout = prepareTimeout(ds)
-	if f.load, err = g.loadConcurrency(ctx, namespace, ds); err != nil {
-		return nil, err
-	}
-	if g.agent == nil {
-		g.agent = map[string]*nodeAgentFacts{}
-	}
-	g.agent[namespace] = f
-	return f, nil
-}
-
-// concurrencyOn is node-agent's loadConcurrency on node: its global
-// number, else the least per-node rule matching the node's labels.
-func (g *Gatherer) concurrencyOn(ctx context.Context, f *nodeAgentFacts, node string) int {
-	if f.load == nil {
-		return defaultConcurrency
-	}
-	if len(f.load.PerNodeConfig) == 0 {
-		return Concurrency(f.load, nil)
-	}
-	g.mu.Lock()
-	nodeLabels, known := f.nodes[node]
-	g.mu.Unlock()
-	if !known {
-		n := &corev1.Node{}
-		if err := g.direct().Get(ctx, client.ObjectKey{Name: node}, n); err == nil {
-			nodeLabels = labels.Set(n.Labels)
-			if nodeLabels == nil {
-				nodeLabels = labels.Set{}
-			}
-		}
-		g.mu.Lock()
-		f.nodes[node] = nodeLabels
-		g.mu.Unlock()
-	}
-	if nodeLabels == nil {
-		// A rule may match the node, which could not be read: unknown,
-		// and no claim made of it.
-		return 0
-	}
-	return Concurrency(f.load, nodeLabels)
 }
 
 // exposed reads what an Accepted movement exposes: the snapshot, the
@@ -502,118 +318,6 @@ func (g *Gatherer) load(ctx context.Context, m *Movement, node string) error {
 		}
 	}
 	return nil
-}
-
-// loadConcurrency is node-agent's loadConcurrency, read as node-agent
-// reads it at its start: from the ConfigMap its DaemonSet names with
-// --node-agent-configmap. nil when none is set.
-func (g *Gatherer) loadConcurrency(ctx context.Context, namespace string, ds *appsv1.DaemonSet) (*velerotypes.LoadConcurrency, error) {
-	if ds == nil {
-		return nil, nil
-	}
-	name := configMapName(ds)
-	if name == "" {
-		return nil, nil
-	}
-	cm := &corev1.ConfigMap{}
-	if err := g.direct().Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, cm); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("reading node-agent's ConfigMap %s: %w", name, err)
-	}
-	configs, err := parseConfigs(cm)
-	if err != nil {
-		// node-agent does not start with a ConfigMap it cannot read; one
-		// changed since is not its configuration yet.
-		return nil, nil
-	}
-	return configs.LoadConcurrency, nil
-}
-
-// Concurrency is the number of data paths node-agent runs at once on a
-// node with nodeLabels, as node-agent computes it.
-func Concurrency(lc *velerotypes.LoadConcurrency, nodeLabels labels.Set) int {
-	global := lc.GlobalConfig
-	if global <= 0 {
-		global = defaultConcurrency
-	}
-	least := 0
-	for _, rule := range lc.PerNodeConfig {
-		selector, err := metav1.LabelSelectorAsSelector(&rule.NodeSelector)
-		if err != nil || rule.Number <= 0 || nodeLabels == nil {
-			continue
-		}
-		if selector.Matches(nodeLabels) && (least == 0 || rule.Number < least) {
-			least = rule.Number
-		}
-	}
-	if least > 0 {
-		return least
-	}
-	return global
-}
-
-// nodeAgentDaemonSet reads node-agent's DaemonSet; nil when there is none.
-func (g *Gatherer) nodeAgentDaemonSet(ctx context.Context, namespace string) (*appsv1.DaemonSet, error) {
-	ds := &appsv1.DaemonSet{}
-	if err := g.direct().Get(ctx, client.ObjectKey{Namespace: namespace, Name: nodeAgent}, ds); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("reading node-agent's DaemonSet: %w", err)
-	}
-	return ds, nil
-}
-
-// configMapName is the ConfigMap node-agent's container is started with.
-func configMapName(ds *appsv1.DaemonSet) string {
-	return nodeAgentFlag(ds, "node-agent-configmap")
-}
-
-// prepareTimeout is node-agent's --data-mover-prepare-timeout, as its
-// DaemonSet starts it; the default when it sets none or one node-agent
-// would refuse.
-func prepareTimeout(ds *appsv1.DaemonSet) time.Duration {
-	if ds == nil {
-		return DefaultPrepareTimeout
-	}
-	if d, err := time.ParseDuration(nodeAgentFlag(ds, "data-mover-prepare-timeout")); err == nil && d > 0 {
-		return d
-	}
-	return DefaultPrepareTimeout
-}
-
-// nodeAgentFlag is the value of a flag node-agent's container is started
-// with, or "".
-func nodeAgentFlag(ds *appsv1.DaemonSet, name string) string {
-	for _, c := range ds.Spec.Template.Spec.Containers {
-		args := append(append([]string(nil), c.Command...), c.Args...)
-		for i, a := range args {
-			if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
-				return v
-			}
-			if a == "--"+name && i+1 < len(args) {
-				return args[i+1]
-			}
-		}
-	}
-	return ""
-}
-
-// parseConfigs reads node-agent's ConfigMap as node-agent does: its one key
-// holds the configuration in JSON.
-func parseConfigs(cm *corev1.ConfigMap) (*velerotypes.NodeAgentConfigs, error) {
-	if len(cm.Data) != 1 {
-		return nil, fmt.Errorf("ConfigMap %s has %d keys, node-agent wants one", cm.Name, len(cm.Data))
-	}
-	configs := &velerotypes.NodeAgentConfigs{}
-	for _, v := range cm.Data {
-		if err := json.Unmarshal([]byte(v), configs); err != nil {
-			return nil, err
-		}
-	}
-	return configs, nil
 }
 
 // repositoryType is the repository Velero's data mover moves data through.

@@ -91,7 +91,7 @@ func TestMovementReadWhileItMovesOn(t *testing.T) {
 	}
 	op := &itemopsv1alpha1.ItemOperation{ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "op"},
 		Spec: itemopsv1alpha1.ItemOperationSpec{OperationID: "du-1",
-			Plugin: itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: DataUploadPlugin}}}
+			Plugin: itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: itemopsv1alpha1.DataUploadPlugin}}}
 	for after := 0; ; after++ {
 		du := &velerov2alpha1.DataUpload{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "b1-x7k2p", Labels: map[string]string{velerov1api.AsyncOperationIDLabel: "du-1"}},
@@ -209,7 +209,7 @@ func TestPreparedMovementsCostNoReadPerOperation(t *testing.T) {
 		objects = append(objects, upload("waiting-"+id, id, velerov2alpha1.DataUploadPhasePrepared, "node-1"))
 		ops = append(ops, &itemopsv1alpha1.ItemOperation{ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "op-" + id},
 			Spec: itemopsv1alpha1.ItemOperationSpec{OperationID: id,
-				Plugin: itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: DataUploadPlugin}}})
+				Plugin: itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: itemopsv1alpha1.DataUploadPlugin}}})
 	}
 	c := withIndexes(fake.NewClientBuilder().WithScheme(scheme)).WithObjects(objects...).Build()
 	cache := &counted{Reader: c, gets: map[string]int{}, lists: map[string]int{}}
@@ -272,7 +272,7 @@ func TestUnreadableNodeMakesNoClaimOfItsLoad(t *testing.T) {
 	).Build()
 	op := &itemopsv1alpha1.ItemOperation{ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "op"},
 		Spec: itemopsv1alpha1.ItemOperationSpec{OperationID: "w",
-			Plugin: itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: DataUploadPlugin}}}
+			Plugin: itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: itemopsv1alpha1.DataUploadPlugin}}}
 	found, err := (&Gatherer{Reader: c}).Cause(context.Background(), op, When{Now: time.Now()})
 	if err != nil {
 		t.Fatal(err)

@@ -118,8 +118,7 @@ var causeFrames = []string{"github.com/itemops/itemops/internal/why.",
 	"controllers.(*ItemOperationReconciler).dataMoverCause", "controllers.(*ItemOperationReconciler).veleroServer"}
 
 // cpuUnder is the CPU of a profile's samples with a frame matching one of
-// fragments anywhere in their stack, why.IsDataMover (a label read that
-// metrics make too) left out.
+// fragments anywhere in their stack.
 func cpuUnder(p *profile.Profile, fragments []string) time.Duration {
 	if p == nil {
 		return 0
@@ -142,7 +141,7 @@ func cpuUnder(p *profile.Profile, fragments []string) time.Duration {
 func stackHas(s *profile.Sample, fragments []string) bool {
 	for _, loc := range s.Location {
 		for _, line := range loc.Line {
-			if line.Function == nil || strings.HasSuffix(line.Function.Name, "why.IsDataMover") {
+			if line.Function == nil {
 				continue
 			}
 			for _, f := range fragments {

@@ -79,7 +79,7 @@ func TestCPUUnderCauseFinding(t *testing.T) {
 	gather := loc(2, fn(2, "github.com/itemops/itemops/internal/why.(*Gatherer).Cause"))
 	server := loc(3, fn(3, "github.com/itemops/itemops/controllers.(*ItemOperationReconciler).veleroServer"))
 	poll := loc(4, fn(4, "github.com/itemops/itemops/controllers.(*ItemOperationReconciler).poll"))
-	isDataMover := loc(5, fn(5, "github.com/itemops/itemops/internal/why.IsDataMover"))
+	isDataMover := loc(5, fn(5, "github.com/itemops/itemops/api/v1alpha1.(*ItemOperation).IsDataMover"))
 	scrape := loc(6, fn(6, "github.com/itemops/itemops/internal/metrics.(*collector).Collect"))
 	ms := func(n int) []int64 { return []int64{1, int64(time.Duration(n) * time.Millisecond)} }
 	p := &profile.Profile{
@@ -88,7 +88,7 @@ func TestCPUUnderCauseFinding(t *testing.T) {
 			{Location: []*profile.Location{deepCopy, gather, poll}, Value: ms(7)}, // a copy under the Gatherer
 			{Location: []*profile.Location{server, poll}, Value: ms(2)},
 			{Location: []*profile.Location{deepCopy, poll}, Value: ms(50)},      // the poll's own
-			{Location: []*profile.Location{isDataMover, scrape}, Value: ms(11)}, // metrics reading a label
+			{Location: []*profile.Location{isDataMover, scrape}, Value: ms(11)}, // metrics telling data movements apart
 		},
 	}
 	if got := cpuUnder(p, causeFrames); got != 9*time.Millisecond {
