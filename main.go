@@ -42,8 +42,8 @@ import (
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
 	"github.com/itemops/itemops/controllers"
-	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/compat"
+	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/metrics"
 	"github.com/itemops/itemops/internal/metricsauth"
 	"github.com/itemops/itemops/internal/options"
@@ -106,8 +106,8 @@ func main() {
 	cfg.QPS, cfg.Burst = float32(opts.KubeAPIQPS), opts.KubeAPIBurst
 
 	// Operations and parents are read from the cache's stores, not copied
-	// out of them on every poll (see controllers.Stores).
-	stores := &controllers.Stores{}
+	// out of them on every poll (see kube.Stores).
+	stores := controllers.NewStores()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		// Velero's objects and ItemOperations all live in Velero's namespace:

@@ -17,22 +17,17 @@ limitations under the License.
 package controllers
 
 import (
-	"fmt"
 	"reflect"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 )
 
-// Indexes of the stores, kept by Stores itself.
+// Indexes of the stores the reconcilers read (NewStores).
 const (
 	// storeIndexParentUID indexes ItemOperations by spec.parent.uid.
 	storeIndexParentUID = "itemops.io/parent-uid"
@@ -40,28 +35,12 @@ const (
 	storeIndexBackupName = "itemops.io/backup-name"
 )
 
-// Stores reads objects straight from the stores of the cache's informers,
-// as the pointers the cache holds. Every poll reads its operation and its
-// parent, and every end of an operation reads all of its parent's: the
-// cache's Get and List copy what they return (List even with
-// UnsafeDisableDeepCopy, into a new list), and at 10,000 operations those
-// copies were a third of all that itemops allocated.
-//
-// Hand NewInformer to the manager's cache (cache.Options.NewInformer).
-// Without it, or before an informer has synced, reads go through the client
-// instead. What Stores returns is the cache's own: read it, never change it.
-type Stores struct {
-	mu    sync.RWMutex
-	kinds map[reflect.Type]*storedKind
-}
-
-// storedKind is the informers of one kind, one per namespace the cache watches.
-type storedKind struct {
-	informers []toolscache.SharedIndexInformer
-	// synced is set once every informer has synced, which they then stay:
-	// asking an informer takes the lock its event processing holds, which
-	// every read of every reconcile would contend for.
-	synced atomic.Bool
+// NewStores keeps the stores of the kinds the reconcilers read at every
+// poll and every end of an operation straight from the cache's informers
+// (kube.Stores): ItemOperations by parent, DeleteBackupRequests by Backup,
+// Backups and Restores.
+func NewStores() *kube.Stores {
+	return kube.NewStores(storeIndexes)
 }
 
 // storeIndexes are the indexes Stores adds, by the kind they index.
@@ -80,98 +59,4 @@ var storeIndexes = map[reflect.Type]toolscache.Indexers{
 	}},
 	reflect.TypeFor[*velerov1api.Backup]():  {},
 	reflect.TypeFor[*velerov1api.Restore](): {},
-}
-
-// NewInformer makes the cache's informers as controller-runtime does, and
-// keeps those of the kinds Stores reads, with its indexes.
-func (s *Stores) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration,
-	indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-	informer := toolscache.NewSharedIndexInformer(lw, obj, resync, indexers)
-	kind := reflect.TypeOf(obj)
-	own, read := storeIndexes[kind]
-	if !read {
-		return informer
-	}
-	if err := informer.AddIndexers(own); err != nil {
-		// Only an informer that has started refuses; this one has not.
-		panic(fmt.Sprintf("indexing the store of %s: %v", kind, err))
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.kinds == nil {
-		s.kinds = map[reflect.Type]*storedKind{}
-	}
-	if s.kinds[kind] == nil {
-		s.kinds[kind] = &storedKind{}
-	}
-	s.kinds[kind].informers = append(s.kinds[kind].informers, informer)
-	s.kinds[kind].synced.Store(false)
-	return informer
-}
-
-// synced returns the informers of T's kind, or false when they cannot be
-// read here: none of ours, or one not synced yet.
-func synced[T runtime.Object](s *Stores) ([]toolscache.SharedIndexInformer, bool) {
-	if s == nil {
-		return nil, false
-	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	k := s.kinds[reflect.TypeFor[T]()]
-	if k == nil {
-		return nil, false
-	}
-	if !k.synced.Load() {
-		for _, informer := range k.informers {
-			if !informer.HasSynced() {
-				return nil, false
-			}
-		}
-		k.synced.Store(true)
-	}
-	return k.informers, true
-}
-
-// storedObject returns the cached object of this key and whether it was
-// found; usable is false when the stores cannot answer (see synced).
-func storedObject[T runtime.Object](s *Stores, key types.NamespacedName) (obj T, found, usable bool, err error) {
-	informers, ok := synced[T](s)
-	if !ok {
-		return obj, false, false, nil
-	}
-	for _, informer := range informers {
-		item, exists, err := informer.GetIndexer().GetByKey(key.String())
-		if err != nil {
-			return obj, false, false, fmt.Errorf("reading %s from the cache: %w", key, err)
-		}
-		if typed, ok := item.(T); exists && ok {
-			return typed, true, true, nil
-		}
-	}
-	return obj, false, true, nil
-}
-
-// storedByIndex returns the cached objects whose index holds value, or
-// false when the stores cannot answer (see synced).
-func storedByIndex[T runtime.Object](s *Stores, index, value string) ([]T, bool, error) {
-	informers, ok := synced[T](s)
-	if !ok {
-		return nil, false, nil
-	}
-	var out []T
-	for _, informer := range informers {
-		items, err := informer.GetIndexer().ByIndex(index, value)
-		if err != nil {
-			return nil, false, fmt.Errorf("reading the cache's index %s: %w", index, err)
-		}
-		if out == nil {
-			out = make([]T, 0, len(items))
-		}
-		for _, item := range items {
-			if typed, ok := item.(T); ok {
-				out = append(out, typed)
-			}
-		}
-	}
-	return out, true, nil
 }

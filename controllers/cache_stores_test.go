@@ -36,11 +36,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 )
 
 // An informer of ItemOperations made through Stores.NewInformer,
 // fed from a list and a watch the spec controls.
-func indexedInformer(stores *Stores, listed ...itemopsv1alpha1.ItemOperation) (toolscache.SharedIndexInformer, *watch.FakeWatcher, chan struct{}) {
+func indexedInformer(stores *kube.Stores, listed ...itemopsv1alpha1.ItemOperation) (toolscache.SharedIndexInformer, *watch.FakeWatcher, chan struct{}) {
 	events := watch.NewFake()
 	release := make(chan struct{})
 	lw := &toolscache.ListWatch{
@@ -80,7 +81,7 @@ func names(ops []*itemopsv1alpha1.ItemOperation) []string {
 
 var _ = Describe("Reading from the cache's stores", Label("unit"), func() {
 	It("answers from the synced informer's index, with the store's own objects", func(ctx context.Context) {
-		stores := &Stores{}
+		stores := NewStores()
 		informer, events, release := indexedInformer(stores,
 			operationOf("a1", "uid-a", itemopsv1alpha1.PluginKindBackupItemAction),
 			operationOf("a2", "uid-a", itemopsv1alpha1.PluginKindVolumeSnapshotter),
@@ -93,27 +94,27 @@ var _ = Describe("Reading from the cache's stores", Label("unit"), func() {
 		DeferCleanup(stop)
 		go informer.RunWithContext(runCtx)
 
-		_, ok, err := storedByIndex[*itemopsv1alpha1.ItemOperation](stores, storeIndexParentUID, "uid-a")
+		_, ok, err := kube.StoredByIndex[*itemopsv1alpha1.ItemOperation](stores, storeIndexParentUID, "uid-a")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ok).To(BeFalse(), "an informer that has not synced is not read")
-		_, _, usable, err := storedObject[*itemopsv1alpha1.ItemOperation](stores, types.NamespacedName{Namespace: "velero", Name: "a1"})
+		_, _, usable, err := kube.Stored[*itemopsv1alpha1.ItemOperation](stores, types.NamespacedName{Namespace: "velero", Name: "a1"})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(usable).To(BeFalse(), "an informer that has not synced is not read")
 
 		close(release)
 		Eventually(informer.HasSynced).Should(BeTrue())
-		ops, ok, err := storedByIndex[*itemopsv1alpha1.ItemOperation](stores, storeIndexParentUID, "uid-a")
+		ops, ok, err := kube.StoredByIndex[*itemopsv1alpha1.ItemOperation](stores, storeIndexParentUID, "uid-a")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ok).To(BeTrue())
 		Expect(names(ops)).To(Equal([]string{"a1", "a2"}))
 		stored, _, err := informer.GetIndexer().GetByKey("velero/a1")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(slices.Contains(ops, stored.(*itemopsv1alpha1.ItemOperation))).To(BeTrue(), "the store's object, not a copy")
-		got, found, usable, err := storedObject[*itemopsv1alpha1.ItemOperation](stores, types.NamespacedName{Namespace: "velero", Name: "a1"})
+		got, found, usable, err := kube.Stored[*itemopsv1alpha1.ItemOperation](stores, types.NamespacedName{Namespace: "velero", Name: "a1"})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(found && usable).To(BeTrue())
 		Expect(got).To(BeIdenticalTo(stored.(*itemopsv1alpha1.ItemOperation)))
-		_, found, usable, err = storedObject[*itemopsv1alpha1.ItemOperation](stores, types.NamespacedName{Namespace: "velero", Name: "gone"})
+		_, found, usable, err = kube.Stored[*itemopsv1alpha1.ItemOperation](stores, types.NamespacedName{Namespace: "velero", Name: "gone"})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(usable && !found).To(BeTrue(), "a synced store answers that it has no such operation")
 
@@ -122,7 +123,7 @@ var _ = Describe("Reading from the cache's stores", Label("unit"), func() {
 		added.ResourceVersion = "2"
 		events.Add(&added)
 		Eventually(func() []string {
-			ops, _, _ := storedByIndex[*itemopsv1alpha1.ItemOperation](stores, storeIndexParentUID, "uid-a")
+			ops, _, _ := kube.StoredByIndex[*itemopsv1alpha1.ItemOperation](stores, storeIndexParentUID, "uid-a")
 			return names(ops)
 		}).Should(Equal([]string{"a1", "a2", "a3"}))
 

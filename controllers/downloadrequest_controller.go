@@ -28,6 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	"github.com/itemops/itemops/internal/kube"
 )
 
 // +kubebuilder:rbac:groups=velero.io,namespace=velero,resources=downloadrequests,verbs=get;list;watch
@@ -58,7 +60,7 @@ func (r *DownloadRequestReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("downloadrequest").
 		For(&velerov1api.DownloadRequest{}, builder.WithPredicates(wanted)).
-		Complete(quietConflicts{r})
+		Complete(kube.QuietConflicts{Reconciler: r})
 }
 
 func isOperationsTarget(kind velerov1api.DownloadTargetKind) bool {
@@ -81,7 +83,7 @@ func (r *DownloadRequestReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 	}
 	if err := writer.WriteBack(ctx, parent); err != nil {
 		// Velero answers the request anyway, with the file as it was.
-		emitf(r.Recorder, dr, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
+		kube.Emitf(r.Recorder, dr, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, nil

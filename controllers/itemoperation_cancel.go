@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/metrics"
 	"github.com/itemops/itemops/internal/plugin"
 )
@@ -50,7 +51,7 @@ func (r *ItemOperationReconciler) reconcileDelete(ctx context.Context, op *itemo
 		original := op.DeepCopy()
 		now := r.Clock.Now()
 		r.initialize(op, now)
-		var reason EventReason = itemopsv1alpha1.ReasonObjectDeleted
+		var reason kube.EventReason = itemopsv1alpha1.ReasonObjectDeleted
 		message := "the ItemOperation was deleted before the operation finished"
 		if parent.gone {
 			reason, message = cancelReason(op, parent)
@@ -111,7 +112,7 @@ func (e *cancelRetry) Unwrap() error { return e.err }
 // the plugin is tried again, up to maxCancelAttempts times: an operation
 // is not recorded Canceled when the plugin was never told.
 func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState,
-	reason EventReason, why string, phase itemopsv1alpha1.OperationPhase, now time.Time) error {
+	reason kube.EventReason, why string, phase itemopsv1alpha1.OperationPhase, now time.Time) error {
 	reader := r.APIReader
 	if reader == nil {
 		reader = r.Client
@@ -128,7 +129,7 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 		// reason, without a second request.
 		message := why + "; the plugin had been asked to cancel it"
 		ctrl.LoggerFrom(ctx).Info("ending a canceling operation", "reason", string(reason), "message", message)
-		emit(r.Recorder, op, corev1.EventTypeWarning, reason, message)
+		kube.Emit(r.Recorder, op, corev1.EventTypeWarning, reason, message)
 		setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, string(reason), message, now)
 		op.Status.Error = why
 		r.finish(op, phase, now)
@@ -170,13 +171,13 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 	if phase == itemopsv1alpha1.OperationPhaseCanceling {
 		message += "; " + r.outcomeFrom(op)
 		ctrl.LoggerFrom(ctx).Info("asked the plugin to cancel the operation", "reason", string(reason), "message", message)
-		emit(r.Recorder, op, corev1.EventTypeWarning, reason, "Cancel: "+message)
+		kube.Emit(r.Recorder, op, corev1.EventTypeWarning, reason, "Cancel: "+message)
 		setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, string(reason), message, now)
 		op.Status.Phase = phase
 		return nil
 	}
 	ctrl.LoggerFrom(ctx).Info("cancelled operation", "reason", string(reason), "message", message)
-	emit(r.Recorder, op, corev1.EventTypeWarning, reason, "Cancel: "+message)
+	kube.Emit(r.Recorder, op, corev1.EventTypeWarning, reason, "Cancel: "+message)
 	setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, string(reason), message, now)
 	op.Status.Error = why
 	r.finish(op, phase, now)

@@ -77,7 +77,7 @@ type ItemOperationReconciler struct {
 	// Stores, when set, reads the operation to reconcile and its parent
 	// from the cache's stores: one copy of the operation per reconcile
 	// rather than two, and none of the parent.
-	Stores *Stores
+	Stores *kube.Stores
 	// Patcher, when set, sends the status writes and the releases of
 	// finalizers without decoding the object the API server answers with
 	// (the cache sees it through its watch); through Client when nil.
@@ -194,7 +194,7 @@ func (r *ItemOperationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&velerov1api.Restore{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent), builder.WithPredicates(parentChangeMatters())).
 		Watches(&velerov1api.DeleteBackupRequest{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfDeletedBackup)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
-		Complete(quietConflicts{r})
+		Complete(kube.QuietConflicts{Reconciler: r})
 }
 
 func (r *ItemOperationReconciler) operationsOfParent(ctx context.Context, parent client.Object) []reconcile.Request {
@@ -376,7 +376,7 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 // copy as read, which must not be changed (through Stores it is the
 // cache's own object).
 func (r *ItemOperationReconciler) operation(ctx context.Context, key types.NamespacedName) (op, unchanged *itemopsv1alpha1.ItemOperation, err error) {
-	cached, found, usable, err := storedObject[*itemopsv1alpha1.ItemOperation](r.Stores, key)
+	cached, found, usable, err := kube.Stored[*itemopsv1alpha1.ItemOperation](r.Stores, key)
 	switch {
 	case err != nil:
 		return nil, nil, err

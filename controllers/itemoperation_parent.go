@@ -29,6 +29,7 @@ import (
 	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 )
 
 // parentState is what the operation needs to know about its Backup or Restore.
@@ -63,10 +64,10 @@ func (r *ItemOperationReconciler) parent(ctx context.Context, op *itemopsv1alpha
 	var found, usable bool
 	var err error
 	if op.Spec.Parent.Kind == itemopsv1alpha1.ParentKindRestore {
-		state.restore, found, usable, err = storedObject[*velerov1api.Restore](r.Stores, key)
+		state.restore, found, usable, err = kube.Stored[*velerov1api.Restore](r.Stores, key)
 		obj = state.restore
 	} else {
-		state.backup, found, usable, err = storedObject[*velerov1api.Backup](r.Stores, key)
+		state.backup, found, usable, err = kube.Stored[*velerov1api.Backup](r.Stores, key)
 		obj = state.backup
 	}
 	switch {
@@ -128,7 +129,7 @@ func readParent(ctx context.Context, reader client.Reader, key types.NamespacedN
 // deletionRequested reports whether a DeleteBackupRequest made since the
 // backup was created names it.
 func (r *ItemOperationReconciler) deletionRequested(ctx context.Context, backup *velerov1api.Backup) (bool, error) {
-	requests, usable, err := storedByIndex[*velerov1api.DeleteBackupRequest](r.Stores, storeIndexBackupName, backup.Name)
+	requests, usable, err := kube.StoredByIndex[*velerov1api.DeleteBackupRequest](r.Stores, storeIndexBackupName, backup.Name)
 	if err != nil {
 		return false, err
 	}
@@ -184,7 +185,7 @@ func (r *ItemOperationReconciler) deadline(op *itemopsv1alpha1.ItemOperation, pa
 // cancelReason says why the operation must be cancelled now, if it must.
 // A parent gone or failed comes first: it ends the operation, where a
 // request (spec.cancel, a deletion requested) waits for the outcome.
-func cancelReason(op *itemopsv1alpha1.ItemOperation, parent *parentState) (EventReason, string) {
+func cancelReason(op *itemopsv1alpha1.ItemOperation, parent *parentState) (kube.EventReason, string) {
 	kind, name := op.Spec.Parent.Kind, op.Spec.Parent.Name
 	switch {
 	case parent.gone:
@@ -203,6 +204,6 @@ func cancelReason(op *itemopsv1alpha1.ItemOperation, parent *parentState) (Event
 // outcome the operation waits for (Canceling): asked for by someone while
 // the parent still runs. A parent gone or failed ends the operation at
 // once: Velero has ended the parent, or nothing is left to record in.
-func awaitsOutcome(reason EventReason) bool {
+func awaitsOutcome(reason kube.EventReason) bool {
 	return reason == itemopsv1alpha1.ReasonCancelRequested || reason == itemopsv1alpha1.ReasonBackupDeletionRequested
 }

@@ -62,7 +62,7 @@ var _ = Describe("Status patches", Label("unit"), func() {
 			op := running.DeepCopy()
 			change(op)
 			for _, lock := range []bool{false, true} {
-				data, err := statusPatch{original: running, lock: lock}.Data(op)
+				data, err := statusPatch(running, lock).Data(op)
 				Expect(err).NotTo(HaveOccurred())
 				var patch map[string]any
 				Expect(json.Unmarshal(data, &patch)).To(Succeed())

@@ -18,26 +18,23 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 	"github.com/vmware-tanzu/velero/pkg/plugin/velero"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/metrics"
 	"github.com/itemops/itemops/internal/plugin"
 	"github.com/itemops/itemops/internal/progress"
@@ -264,7 +261,7 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 	// a reconcile of a stale cached copy (one that has not seen the
 	// operation finish yet) must not finish it a second time, with a second
 	// Event and a second count in the metrics.
-	patch := statusPatch{original: original, lock: original.Status.Phase != op.Status.Phase}
+	patch := statusPatch(original, original.Status.Phase != op.Status.Phase)
 	if err := r.patch(ctx, op, patch, true); err != nil {
 		if apierrors.IsConflict(err) {
 			ctrl.LoggerFrom(ctx).V(1).Info("status changed meanwhile; the newer copy is reconciled next")
@@ -280,17 +277,17 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 	}
 	if changedTo(original, op, itemopsv1alpha1.ConditionStalled, metav1.ConditionTrue) {
 		c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionStalled)
-		emit(r.Recorder, op, corev1.EventTypeWarning, "Stalled", c.Message)
+		kube.Emit(r.Recorder, op, corev1.EventTypeWarning, "Stalled", c.Message)
 	}
 	r.waitEvent(original, op)
 	if changedTo(original, op, itemopsv1alpha1.ConditionDiffersFromVelero, metav1.ConditionTrue) {
 		c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionDiffersFromVelero)
-		emit(r.Recorder, op, corev1.EventTypeWarning, itemopsv1alpha1.ConditionDiffersFromVelero, c.Message)
+		kube.Emit(r.Recorder, op, corev1.EventTypeWarning, itemopsv1alpha1.ConditionDiffersFromVelero, c.Message)
 	}
 	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil &&
 		!hasReason(&original.Status, itemopsv1alpha1.ConditionProgressing, c.Reason) {
 		if reason, ok := installationProblems[c.Reason]; ok {
-			emit(r.Recorder, op, corev1.EventTypeWarning, reason, c.Message)
+			kube.Emit(r.Recorder, op, corev1.EventTypeWarning, reason, c.Message)
 		}
 	}
 	return nil
@@ -299,7 +296,7 @@ func (r *ItemOperationReconciler) writeStatus(ctx context.Context, original, op 
 // installationProblems are the Progressing reasons that an administrator
 // fixes (a plugin to install, a permission to grant, a location to restore):
 // each gets a Warning Event of the same reason when it appears.
-var installationProblems = map[string]EventReason{
+var installationProblems = map[string]kube.EventReason{
 	itemopsv1alpha1.ReasonPluginNotFound:              itemopsv1alpha1.ReasonPluginNotFound,
 	itemopsv1alpha1.ReasonSnapshotLocationUnavailable: itemopsv1alpha1.ReasonSnapshotLocationUnavailable,
 	itemopsv1alpha1.ReasonPluginForbidden:             itemopsv1alpha1.ReasonPluginForbidden,
@@ -307,51 +304,11 @@ var installationProblems = map[string]EventReason{
 }
 
 // statusPatch is the merge patch from original's status to an
-// ItemOperation's: what client.MergeFrom would send to the status
-// subresource, found by encoding and comparing the two statuses alone rather
-// than the whole objects (that was a twentieth of itemops' CPU at 10,000
-// operations). With lock, it carries original's resourceVersion, so that the
-// API server refuses it when the operation changed meanwhile.
-type statusPatch struct {
-	original *itemopsv1alpha1.ItemOperation
-	lock     bool
-}
-
-var _ client.Patch = statusPatch{}
-
-// Type implements client.Patch.
-func (p statusPatch) Type() types.PatchType { return types.MergePatchType }
-
-// Data implements client.Patch.
-func (p statusPatch) Data(obj client.Object) ([]byte, error) {
-	op, ok := obj.(*itemopsv1alpha1.ItemOperation)
-	if !ok {
-		return nil, fmt.Errorf("a status patch of an ItemOperation, not of %T", obj)
-	}
-	before, err := json.Marshal(&p.original.Status)
-	if err != nil {
-		return nil, err
-	}
-	after, err := json.Marshal(&op.Status)
-	if err != nil {
-		return nil, err
-	}
-	status, err := jsonpatch.CreateMergePatch(before, after)
-	if err != nil {
-		return nil, err
-	}
-	body := struct {
-		Metadata *patchMetadata  `json:"metadata,omitempty"`
-		Status   json.RawMessage `json:"status"`
-	}{Status: status}
-	if p.lock {
-		body.Metadata = &patchMetadata{ResourceVersion: p.original.ResourceVersion}
-	}
-	return json.Marshal(body)
-}
-
-type patchMetadata struct {
-	ResourceVersion string `json:"resourceVersion"`
+// ItemOperation's (kube.StatusPatch); with lock, refused when the operation
+// changed meanwhile.
+func statusPatch(original *itemopsv1alpha1.ItemOperation, lock bool) kube.StatusPatch[*itemopsv1alpha1.ItemOperation] {
+	return kube.StatusPatch[*itemopsv1alpha1.ItemOperation]{Original: original, Lock: lock,
+		Status: func(op *itemopsv1alpha1.ItemOperation) any { return &op.Status }}
 }
 
 // phaseEvent reports the ends that need a person: a failure or a cancel.
@@ -362,9 +319,9 @@ type patchMetadata struct {
 func (r *ItemOperationReconciler) phaseEvent(op *itemopsv1alpha1.ItemOperation) {
 	switch op.Status.Phase {
 	case itemopsv1alpha1.OperationPhaseFailed:
-		emit(r.Recorder, op, corev1.EventTypeWarning, "Failed", op.Status.Error)
+		kube.Emit(r.Recorder, op, corev1.EventTypeWarning, "Failed", op.Status.Error)
 	case itemopsv1alpha1.OperationPhaseCanceled:
-		emit(r.Recorder, op, corev1.EventTypeWarning, "Canceled", op.Status.Error)
+		kube.Emit(r.Recorder, op, corev1.EventTypeWarning, "Canceled", op.Status.Error)
 	}
 }
 

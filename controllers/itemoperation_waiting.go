@@ -29,6 +29,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/progress"
 	"github.com/itemops/itemops/internal/why"
 )
@@ -55,8 +56,8 @@ const causeReadTimeout = 5 * time.Second
 
 // Waiting events: a new cause of waiting, and the end of a wait.
 const (
-	EventWaiting   EventReason = "Waiting"
-	EventWaitEnded EventReason = "WaitEnded"
+	EventWaiting   kube.EventReason = "Waiting"
+	EventWaitEnded kube.EventReason = "WaitEnded"
 )
 
 // explain finds what an unfinished operation waits on and says it: the
@@ -251,8 +252,8 @@ func (r *ItemOperationReconciler) waitEvent(original, op *itemopsv1alpha1.ItemOp
 	switch {
 	case now == nil:
 	case now.Status == metav1.ConditionTrue && (!waited || was.Reason != now.Reason):
-		emit(r.Recorder, op, corev1.EventTypeWarning, EventWaiting, fmt.Sprintf("%s: %s", now.Reason, now.Message))
+		kube.Emit(r.Recorder, op, corev1.EventTypeWarning, EventWaiting, fmt.Sprintf("%s: %s", now.Reason, now.Message))
 	case now.Status != metav1.ConditionTrue && waited && !op.Status.Phase.IsTerminal():
-		emit(r.Recorder, op, corev1.EventTypeNormal, EventWaitEnded, fmt.Sprintf("no longer waits on %s", was.Reason))
+		kube.Emit(r.Recorder, op, corev1.EventTypeNormal, EventWaitEnded, fmt.Sprintf("no longer waits on %s", was.Reason))
 	}
 }

@@ -36,6 +36,7 @@ import (
 	velerov2alpha1 "github.com/vmware-tanzu/velero/pkg/apis/velero/v2alpha1"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/why"
 	"github.com/itemops/itemops/test/envtest"
 	"github.com/itemops/itemops/test/plugins/sim"
@@ -61,7 +62,7 @@ func waitingMessage(g Gomega, op *itemopsv1alpha1.ItemOperation) string {
 }
 
 // eventMessages returns the messages of the Events of reason about op.
-func eventMessages(g Gomega, op *itemopsv1alpha1.ItemOperation, reason EventReason) []string {
+func eventMessages(g Gomega, op *itemopsv1alpha1.ItemOperation, reason kube.EventReason) []string {
 	list := &corev1.EventList{}
 	g.Expect(env.Client.List(context.Background(), list, client.InNamespace(op.Namespace))).To(Succeed())
 	var messages []string

@@ -26,6 +26,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/rollup"
 	"github.com/itemops/itemops/internal/store"
 )
@@ -59,7 +60,7 @@ func (r *parentReconciler[T]) giveUp(ctx context.Context, parent T, phase rollup
 		return fmt.Errorf("updating %s %s: %w", r.kind.kind, parent.GetName(), err)
 	}
 	ctrl.LoggerFrom(ctx).Info("gave up on the operations of "+string(r.kind.kind), "from", phase, "to", parentPartiallyFailed, "cause", cause.Error())
-	emitf(r.recorder, parent, corev1.EventTypeWarning, reasonGaveUp, "%s -> %s: its plugin operations cannot be tracked: %v",
+	kube.Emitf(r.recorder, parent, corev1.EventTypeWarning, reasonGaveUp, "%s -> %s: its plugin operations cannot be tracked: %v",
 		phase, parentPartiallyFailed, cause)
 	return nil
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/rollup"
 	"github.com/itemops/itemops/internal/store"
 )
@@ -132,14 +133,14 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 	repeats, first := map[string]int{}, map[string]int{}
 	for i, rec := range records {
 		if rec.ParentUID != "" && rec.ParentUID != string(parent.GetUID()) {
-			emitf(r.recorder, parent, corev1.EventTypeWarning, reasonForeignRecord,
+			kube.Emitf(r.recorder, parent, corev1.EventTypeWarning, reasonForeignRecord,
 				"record %d of the operations file belongs to %s UID %s, not this one; ignored", i, r.kind.kind, rec.ParentUID)
 			continue
 		}
 		names[i] = operationName(parent.GetName(), string(parent.GetUID()), rec.Plugin, rec.OperationID)
 		repeats[names[i]]++
 		if j, seen := first[names[i]]; seen {
-			emitf(r.recorder, parent, corev1.EventTypeWarning, reasonDuplicateRecord,
+			kube.Emitf(r.recorder, parent, corev1.EventTypeWarning, reasonDuplicateRecord,
 				"record %d of the operations file repeats record %d (operation %q of plugin %q); one ItemOperation follows both and counts for each",
 				i, j, rec.OperationID, rec.Plugin)
 			continue
@@ -175,7 +176,7 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 				continue
 			case apierrors.IsInvalid(err):
 				// Nothing can poll it: count it failed rather than wait for it forever.
-				emitf(r.recorder, parent, corev1.EventTypeWarning, reasonInvalidRecord,
+				kube.Emitf(r.recorder, parent, corev1.EventTypeWarning, reasonInvalidRecord,
 					"operation %q of plugin %q cannot be tracked and counts as failed: %v", rec.OperationID, rec.Plugin, err)
 				result.invalid.Total += n
 				if rec.Status.Phase != itemoperation.OperationPhaseCompleted {
@@ -192,7 +193,7 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 	}
 	if created > 0 {
 		ctrl.LoggerFrom(ctx).Info("ingested operations", "created", created, "records", len(records))
-		emitf(r.recorder, parent, corev1.EventTypeNormal, reasonIngested, "created %d ItemOperations from the %d records of the operations file", created, len(records))
+		kube.Emitf(r.recorder, parent, corev1.EventTypeNormal, reasonIngested, "created %d ItemOperations from the %d records of the operations file", created, len(records))
 	}
 	return result, nil
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/rollup"
 	"github.com/itemops/itemops/internal/store"
 )
@@ -108,7 +109,7 @@ type ParentOptions struct {
 	CounterInterval time.Duration
 	// Stores reads a parent's ItemOperations from the cache's store;
 	// through the client when nil.
-	Stores *Stores
+	Stores *kube.Stores
 	// MaxConcurrentReconciles bounds parents reconciled at once (one when
 	// zero). A parent's reconcile may wait on object storage or create a
 	// hundred ItemOperations; one worker would make every other parent,
@@ -124,7 +125,7 @@ type parentCounters struct {
 // listOperations returns the item-action ItemOperations of the parent with
 // this UID: those Velero waits for. Volume snapshot operations are not
 // among them (see VolumeSnapshotReconciler).
-func listOperations(ctx context.Context, c client.Client, stores *Stores, namespace string, uid types.UID) ([]*itemopsv1alpha1.ItemOperation, error) {
+func listOperations(ctx context.Context, c client.Client, stores *kube.Stores, namespace string, uid types.UID) ([]*itemopsv1alpha1.ItemOperation, error) {
 	ops, err := listAllOperations(ctx, c, stores, namespace, uid)
 	if err != nil {
 		return nil, err
@@ -142,8 +143,8 @@ func listOperations(ctx context.Context, c client.Client, stores *Stores, namesp
 // The operations are shared with the cache and must only be read: a parent
 // is listed on every end of one of its operations, and copying its hundred
 // operations each time was a fifth of the CPU at 10,000.
-func listAllOperations(ctx context.Context, c client.Client, stores *Stores, namespace string, uid types.UID) ([]*itemopsv1alpha1.ItemOperation, error) {
-	ops, ok, err := storedByIndex[*itemopsv1alpha1.ItemOperation](stores, storeIndexParentUID, string(uid))
+func listAllOperations(ctx context.Context, c client.Client, stores *kube.Stores, namespace string, uid types.UID) ([]*itemopsv1alpha1.ItemOperation, error) {
+	ops, ok, err := kube.StoredByIndex[*itemopsv1alpha1.ItemOperation](stores, storeIndexParentUID, string(uid))
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +251,7 @@ func recordPhase(recorder record.EventRecorder, obj client.Object, from, to roll
 	if to == rollup.WaitingForPluginOperationsPartiallyFailed || to == rollup.FinalizingPartiallyFailed {
 		kind = corev1.EventTypeWarning
 	}
-	emitf(recorder, obj, kind, "PhaseChanged", "%s -> %s: %d of %d plugin operations completed, %d failed",
+	kube.Emitf(recorder, obj, kind, "PhaseChanged", "%s -> %s: %d of %d plugin operations completed, %d failed",
 		from, to, counts.Completed, counts.Attempted, counts.Failed)
 }
 
@@ -310,7 +311,7 @@ func (r *parentReconciler[T]) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&itemopsv1alpha1.ItemOperation{}, handler.EnqueueRequestsFromMapFunc(parentRequestForOperation(r.kind.kind)),
 			builder.WithPredicates(operationChangeMatters())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
-		Complete(quietConflicts{r})
+		Complete(kube.QuietConflicts{Reconciler: r})
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -355,14 +356,14 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	ops, expected, extra, readErr := k.ops, k.expected, k.invalid, k.readErr
 	if readErr != nil {
-		var reason EventReason = reasonUnreadable
+		var reason kube.EventReason = reasonUnreadable
 		switch {
 		case errors.Is(readErr, errMissingOperations):
 			reason = reasonMissing
 		case errors.Is(readErr, store.ErrTooLarge):
 			reason = reasonTooLarge
 		}
-		emitf(r.recorder, parent, corev1.EventTypeWarning, reason, "%v", readErr)
+		kube.Emitf(r.recorder, parent, corev1.EventTypeWarning, reason, "%v", readErr)
 		if r.opts.Manage && r.mustGiveUp(parent, readErr) {
 			return ctrl.Result{}, r.giveUp(ctx, parent, phase, readErr)
 		}
@@ -409,7 +410,7 @@ func (r *parentReconciler[T]) Reconcile(ctx context.Context, req ctrl.Request) (
 	// back to observe mode, which would otherwise poll an operation that
 	// itemops counted failed again and count its error a second time.
 	if err := r.writeBack(ctx, parent, ops, !rollup.Owned(next)); err != nil {
-		emitf(r.recorder, parent, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
+		kube.Emitf(r.recorder, parent, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
 		if errors.Is(err, store.ErrReadOnly) || r.mustGiveUp(parent, err) {
 			return ctrl.Result{}, r.giveUp(ctx, parent, phase, err)
 		}

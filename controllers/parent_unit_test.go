@@ -42,6 +42,7 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 )
 
 // unitScheme knows ItemOperations and Velero's kinds, for the fake client.
@@ -313,12 +314,12 @@ var _ = Describe("Writes of the parent reconcilers", Label("unit"), func() {
 		t := GinkgoTB()
 		conflict := apierrors.NewConflict(schema.GroupResource{Group: "velero.io", Resource: "backups"}, "b",
 			errors.New("the object has been modified; please apply your changes to the latest version and try again"))
-		res, err := quietConflicts{conflicting{fmt.Errorf("patching backup b: %w", conflict)}}.Reconcile(context.Background(), ctrl.Request{})
-		if err != nil || res.RequeueAfter != conflictRetry {
-			t.Errorf("a conflict: result %+v, error %v; want a requeue after %s and no error", res, err, conflictRetry)
+		res, err := kube.QuietConflicts{Reconciler: conflicting{fmt.Errorf("patching backup b: %w", conflict)}}.Reconcile(context.Background(), ctrl.Request{})
+		if err != nil || res.RequeueAfter != kube.ConflictRetry {
+			t.Errorf("a conflict: result %+v, error %v; want a requeue after %s and no error", res, err, kube.ConflictRetry)
 		}
 		other := errors.New("connection refused")
-		if _, err := (quietConflicts{conflicting{other}}).Reconcile(context.Background(), ctrl.Request{}); !errors.Is(err, other) {
+		if _, err := (kube.QuietConflicts{Reconciler: conflicting{other}}).Reconcile(context.Background(), ctrl.Request{}); !errors.Is(err, other) {
 			t.Errorf("another error: got %v, want it returned", err)
 		}
 	})

@@ -108,7 +108,7 @@ var _ = BeforeSuite(func() {
 	plugins.Discover(context.Background())
 
 	// As main.go wires it: parents read their operations from the cache's store.
-	stores := &Stores{}
+	stores := NewStores()
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  env.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},

@@ -44,6 +44,7 @@ import (
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
 
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/kube"
 	"github.com/itemops/itemops/internal/store"
 )
 
@@ -101,7 +102,7 @@ type VolumeSnapshotReconciler struct {
 	Clock    clock.Clock
 	// Stores reads a Backup's ItemOperations from the cache's store;
 	// through Client when nil.
-	Stores *Stores
+	Stores *kube.Stores
 	// Manage lets the reconciler end a Backup PartiallyFailed as
 	// NonDurable says; observe mode never writes to a Backup.
 	Manage     bool
@@ -131,7 +132,7 @@ func (r *VolumeSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&velerov1api.Backup{}).
 		Watches(&itemopsv1alpha1.ItemOperation{}, handler.EnqueueRequestsFromMapFunc(parentRequestForOperation(itemopsv1alpha1.ParentKindBackup)),
 			builder.WithPredicates(snapshotOperation(), operationChangeMatters())).
-		Complete(quietConflicts{r})
+		Complete(kube.QuietConflicts{Reconciler: r})
 }
 
 // snapshotOperation passes the events of volume snapshot ItemOperations.
@@ -177,7 +178,7 @@ func (r *VolumeSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		// backup from before itemops was installed costs nothing.
 		ignored, err := r.ingest(ctx, backup, ops)
 		if err != nil {
-			emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotsUnreadable, "%v", err)
+			kube.Emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotsUnreadable, "%v", err)
 			return ctrl.Result{}, retryable(err)
 		}
 		if ops, err = r.snapshotOperations(ctx, backup); err != nil {
@@ -236,7 +237,7 @@ func (r *VolumeSnapshotReconciler) failBackup(ctx context.Context, backup *veler
 	}
 	backup.Annotations[itemopsv1alpha1.AnnotationNonDurableSnapshots] = strings.Join(all, ",")
 	if err := r.Store.MarkSnapshotsNotDurable(ctx, backup, all); err != nil {
-		emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
+		kube.Emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonNotWritten, "%v", err)
 		return retryable(err)
 	}
 	if err := r.Client.Patch(ctx, backup, client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -247,7 +248,7 @@ func (r *VolumeSnapshotReconciler) failBackup(ctx context.Context, backup *veler
 	if from == backup.Status.Phase {
 		return nil // VolumeSnapshotsNotDurable names them all once the last snapshot ends
 	}
-	emitf(r.Recorder, backup, corev1.EventTypeWarning, "PhaseChanged",
+	kube.Emitf(r.Recorder, backup, corev1.EventTypeWarning, "PhaseChanged",
 		"%s -> %s: the volume snapshots of PersistentVolumes %s did not become durable; a restore cannot use them",
 		from, velerov1api.BackupPhasePartiallyFailed, strings.Join(added, ", "))
 	return nil
@@ -307,7 +308,7 @@ func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1a
 			continue // CreateSnapshot failed: Velero already counted it, nothing uploads
 		}
 		if snap.BackupUID != "" && snap.BackupUID != string(backup.UID) {
-			emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
+			kube.Emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
 				"record %d of the volume snapshots file belongs to Backup UID %s, not this one; ignored", i, snap.BackupUID)
 			continue
 		}
@@ -322,7 +323,7 @@ func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1a
 		}
 		if name == "" {
 			ignored++
-			emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
+			kube.Emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
 				"snapshot %s of PersistentVolume %s cannot be followed: its VolumeSnapshotLocation %q does not exist",
 				snap.SnapshotID, snap.PersistentVolumeName, snap.Location)
 			continue
@@ -340,7 +341,7 @@ func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1a
 				continue
 			case apierrors.IsInvalid(err):
 				ignored++
-				emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
+				kube.Emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
 					"snapshot %q of PersistentVolume %s cannot be followed: %v", snap.SnapshotID, snap.PersistentVolumeName, err)
 				continue
 			}
@@ -350,7 +351,7 @@ func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1a
 	}
 	if created > 0 {
 		ctrl.LoggerFrom(ctx).Info("ingested volume snapshots", "created", created, "records", len(snapshots))
-		emitf(r.Recorder, backup, corev1.EventTypeNormal, reasonSnapshotsIngested,
+		kube.Emitf(r.Recorder, backup, corev1.EventTypeNormal, reasonSnapshotsIngested,
 			"following %d volume snapshots until their data is durable", created)
 	}
 	return ignored, nil
@@ -422,11 +423,11 @@ func (r *VolumeSnapshotReconciler) reportDurability(backup *velerov1api.Backup, 
 	}
 	r.reported.Store(key, now)
 	if len(failed) == 0 {
-		emitf(r.Recorder, backup, corev1.EventTypeNormal, reasonSnapshotsDurable,
+		kube.Emitf(r.Recorder, backup, corev1.EventTypeNormal, reasonSnapshotsDurable,
 			"all %d volume snapshots are durable", len(ops))
 		return
 	}
-	emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotsNotDurable,
+	kube.Emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotsNotDurable,
 		"%d of %d volume snapshots did not become durable (PersistentVolumes %v); see their ItemOperations",
 		len(failed), len(ops), failed)
 }
@@ -442,7 +443,7 @@ type RestoreSnapshotReconciler struct {
 	Recorder record.EventRecorder
 	// Stores reads a Backup's ItemOperations from the cache's store;
 	// through Client when nil.
-	Stores *Stores
+	Stores *kube.Stores
 
 	Clock  clock.Clock
 	warned sync.Map // restore UID -> true, so each Restore is warned once
@@ -461,7 +462,7 @@ func (r *RestoreSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("restoresnapshots").
 		For(&velerov1api.Restore{}).
-		Complete(quietConflicts{r})
+		Complete(kube.QuietConflicts{Reconciler: r})
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -514,7 +515,7 @@ func (r *RestoreSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Requ
 		parts = append(parts, fmt.Sprintf("those of %s are still copying", strings.Join(copying, ", ")))
 	}
 	r.warned.Store(restore.UID, true)
-	emitf(r.Recorder, restore, corev1.EventTypeWarning, reasonRestoreNotDurable,
+	kube.Emitf(r.Recorder, restore, corev1.EventTypeWarning, reasonRestoreNotDurable,
 		"Backup %s: %s; Velero restores volumes from them as if whole: expect their restore to fail, or to hold incomplete data",
 		backup.Name, strings.Join(parts, "; "))
 	return ctrl.Result{}, nil

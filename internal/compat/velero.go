@@ -32,6 +32,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/itemops/itemops/internal/kube"
 )
 
 // The releases itemops is tested with (test/compat), oldest first, and the
@@ -210,13 +212,13 @@ func (c *VeleroCheck) Check(ctx context.Context) {
 	log.Info("Velero's release", "image", image, "support", support, "builtinPlugins", versionString(builtin), "why", why)
 	switch support {
 	case Unsupported:
-		c.Recorder.Event(deployment, corev1.EventTypeWarning, ReasonVeleroUnsupported, why)
+		kube.Emit(c.Recorder, deployment, corev1.EventTypeWarning, ReasonVeleroUnsupported, why)
 	case Untested:
-		c.Recorder.Event(deployment, corev1.EventTypeWarning, ReasonVeleroUntested, why)
+		kube.Emit(c.Recorder, deployment, corev1.EventTypeWarning, ReasonVeleroUntested, why)
 	}
 	if mismatch := Mismatch(server, builtin); mismatch != "" {
 		log.Info("the built-in plugins are of another release than Velero's: " + mismatch)
-		c.Recorder.Event(deployment, corev1.EventTypeWarning, ReasonBuiltinPluginsRelease, mismatch)
+		kube.Emit(c.Recorder, deployment, corev1.EventTypeWarning, ReasonBuiltinPluginsRelease, mismatch)
 	}
 }
 

@@ -14,9 +14,14 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package kube holds what itemops puts around controller-runtime's REST
-// mapper and logger so that a reconcile per operation every sync interval
-// stays cheap: at 30,000 operations the mapper's lookups, which every read
-// of a namespaced cache makes, and the logger's eager key/value encoding,
-// which every reconcile makes, were half of the allocations.
+// Package kube holds the Kubernetes helpers itemops' controllers share,
+// none of them about Velero: reads straight from the cache's stores
+// (Stores), status patches that encode the status alone and writes that
+// decode no answer (StatusPatch, Patcher), optimistic-lock conflicts taken
+// quietly (QuietConflicts), Events whose reasons the code fixes (Emit), and
+// what is put around controller-runtime's REST mapper and logger so that a
+// reconcile per operation every sync interval stays cheap: at 30,000
+// operations the mapper's lookups, which every read of a namespaced cache
+// makes, and the logger's eager key/value encoding, which every reconcile
+// makes, were half of the allocations.
 package kube

@@ -18,12 +18,16 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -73,4 +77,52 @@ func (p *Patcher) Patch(ctx context.Context, obj client.Object, patch client.Pat
 		Body(data).
 		Do(ctx).
 		Error()
+}
+
+// StatusPatch is the merge patch from Original's status to the status of
+// the object it is sent for: what client.MergeFrom would send to the status
+// subresource, found by encoding and comparing the two statuses alone rather
+// than the whole objects (that was a twentieth of itemops' CPU at 10,000
+// operations). With Lock, it carries Original's resourceVersion, so that the
+// API server refuses it when the object changed meanwhile.
+type StatusPatch[T client.Object] struct {
+	Original T
+	// Status is the status of an object of the kind, to encode.
+	Status func(T) any
+	Lock   bool
+}
+
+// Type implements client.Patch.
+func (p StatusPatch[T]) Type() types.PatchType { return types.MergePatchType }
+
+// Data implements client.Patch.
+func (p StatusPatch[T]) Data(obj client.Object) ([]byte, error) {
+	typed, ok := obj.(T)
+	if !ok {
+		return nil, fmt.Errorf("a status patch of %T, not of %T", p.Original, obj)
+	}
+	before, err := json.Marshal(p.Status(p.Original))
+	if err != nil {
+		return nil, err
+	}
+	after, err := json.Marshal(p.Status(typed))
+	if err != nil {
+		return nil, err
+	}
+	status, err := jsonpatch.CreateMergePatch(before, after)
+	if err != nil {
+		return nil, err
+	}
+	body := struct {
+		Metadata *patchMetadata  `json:"metadata,omitempty"`
+		Status   json.RawMessage `json:"status"`
+	}{Status: status}
+	if p.Lock {
+		body.Metadata = &patchMetadata{ResourceVersion: p.Original.GetResourceVersion()}
+	}
+	return json.Marshal(body)
+}
+
+type patchMetadata struct {
+	ResourceVersion string `json:"resourceVersion"`
 }

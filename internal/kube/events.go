@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package controllers
+package kube
 
 import (
 	"fmt"
@@ -24,17 +24,17 @@ import (
 )
 
 // EventReason is the reason of an Event itemops emits. Every Event goes
-// through emit or emitf, so the reasons are the constant values of this
-// type in the package; docs/api.md lists each of them, and a test reads
-// them from the code and compares.
+// through Emit or Emitf, so the reasons are the constant values of this
+// type in the code; docs/api.md lists each of them, and a test reads them
+// from the code and compares.
 type EventReason string
 
-// emit records an Event with a fixed message.
-func emit(recorder record.EventRecorder, obj runtime.Object, eventType string, reason EventReason, message string) {
+// Emit records an Event with a fixed message.
+func Emit(recorder record.EventRecorder, obj runtime.Object, eventType string, reason EventReason, message string) {
 	recorder.Event(obj, eventType, string(reason), message)
 }
 
-// emitf records an Event whose message is formatted.
-func emitf(recorder record.EventRecorder, obj runtime.Object, eventType string, reason EventReason, format string, args ...any) {
+// Emitf records an Event whose message is formatted.
+func Emitf(recorder record.EventRecorder, obj runtime.Object, eventType string, reason EventReason, format string, args ...any) {
 	recorder.Event(obj, eventType, string(reason), fmt.Sprintf(format, args...))
 }

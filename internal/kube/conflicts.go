@@ -14,7 +14,7 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-package controllers
+package kube
 
 import (
 	"context"
@@ -25,26 +25,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// conflictRetry is when a reconcile that lost an optimistic-lock race runs
+// ConflictRetry is when a reconcile that lost an optimistic-lock race runs
 // again at the latest. The write that won the race wakes it sooner through
 // the watch; this only covers a wake-up that never comes.
-const conflictRetry = time.Second
+const ConflictRetry = time.Second
 
-// quietConflicts runs a reconciler, but takes an optimistic-lock conflict
+// QuietConflicts runs a reconciler, but takes an optimistic-lock conflict
 // for what it is: someone else (Velero, for one, on its Backups) wrote the
 // object first, and the next reconcile works on the newer copy. That is
 // normal, so it is a debug line, not a "Reconciler error" that an
 // administrator would think needs acting on.
-type quietConflicts struct {
+type QuietConflicts struct {
 	reconcile.Reconciler
 }
 
 // Reconcile implements reconcile.Reconciler.
-func (q quietConflicts) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (q QuietConflicts) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	result, err := q.Reconciler.Reconcile(ctx, req)
 	if err != nil && apierrors.IsConflict(err) {
 		ctrl.LoggerFrom(ctx).V(1).Info("the object changed meanwhile; the newer copy is reconciled next", "error", err.Error())
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		return ctrl.Result{RequeueAfter: ConflictRetry}, nil
 	}
 	return result, err
 }
