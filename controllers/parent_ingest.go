@@ -24,7 +24,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/vmware-tanzu/velero/pkg/itemoperation"
@@ -168,28 +167,26 @@ func (r *parentReconciler[T]) ingest(ctx context.Context, parent T, records []op
 		if have[op.Name] {
 			continue
 		}
-		if err := r.client.Create(ctx, op); err != nil {
-			switch {
-			case apierrors.IsAlreadyExists(err):
-				// Created by an earlier reconcile; the cache has not seen it yet.
-				result.made = append(result.made, op)
-				continue
-			case apierrors.IsInvalid(err):
-				// Nothing can poll it: count it failed rather than wait for it forever.
-				kube.Emitf(r.recorder, parent, corev1.EventTypeWarning, reasonInvalidRecord,
-					"operation %q of plugin %q cannot be tracked and counts as failed: %v", rec.OperationID, rec.Plugin, err)
-				result.invalid.Total += n
-				if rec.Status.Phase != itemoperation.OperationPhaseCompleted {
-					result.invalid.Failed += n
-				} else {
-					result.invalid.Completed += n
-				}
-				continue
+		made, refused, err := createOperation(ctx, r.client, op)
+		if err != nil {
+			return ingestResult{}, err
+		}
+		if refused != nil {
+			// Nothing can poll it: count it failed rather than wait for it forever.
+			kube.Emitf(r.recorder, parent, corev1.EventTypeWarning, reasonInvalidRecord,
+				"operation %q of plugin %q cannot be tracked and counts as failed: %v", rec.OperationID, rec.Plugin, refused)
+			result.invalid.Total += n
+			if rec.Status.Phase != itemoperation.OperationPhaseCompleted {
+				result.invalid.Failed += n
+			} else {
+				result.invalid.Completed += n
 			}
-			return ingestResult{}, fmt.Errorf("creating ItemOperation %s: %w", op.Name, err)
+			continue
 		}
 		result.made = append(result.made, op)
-		created++
+		if made {
+			created++
+		}
 	}
 	if created > 0 {
 		ctrl.LoggerFrom(ctx).Info("ingested operations", "created", created, "records", len(records))

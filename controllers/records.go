@@ -17,6 +17,7 @@ limitations under the License.
 package controllers
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -24,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -160,6 +162,23 @@ func newItemOperation(parent client.Object, gvk schema.GroupVersionKind, kind it
 		op.Finalizers = []string{itemopsv1alpha1.Finalizer}
 	}
 	return op, nil
+}
+
+// createOperation creates an ItemOperation that ingestion made. created is
+// false when it exists already (an earlier reconcile made it and the cache
+// has not seen it yet); refused is the API server's reason when it is
+// invalid (nothing can follow it: the caller counts and reports it).
+func createOperation(ctx context.Context, c client.Client, op *itemopsv1alpha1.ItemOperation) (created bool, refused, err error) {
+	switch err := c.Create(ctx, op); {
+	case err == nil:
+		return true, nil, nil
+	case apierrors.IsAlreadyExists(err):
+		return false, nil, nil
+	case apierrors.IsInvalid(err):
+		return false, err, nil
+	default:
+		return false, nil, fmt.Errorf("creating ItemOperation %s: %w", op.Name, err)
+	}
 }
 
 func resourceFromVelero(r velero.ResourceIdentifier) itemopsv1alpha1.ResourceIdentifier {

@@ -18,18 +18,15 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -335,19 +332,19 @@ func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1a
 		if have[op.Name] {
 			continue
 		}
-		if err := r.Client.Create(ctx, op); err != nil {
-			switch {
-			case apierrors.IsAlreadyExists(err):
-				continue
-			case apierrors.IsInvalid(err):
-				ignored++
-				kube.Emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
-					"snapshot %q of PersistentVolume %s cannot be followed: %v", snap.SnapshotID, snap.PersistentVolumeName, err)
-				continue
-			}
-			return 0, fmt.Errorf("creating ItemOperation %s: %w", op.Name, err)
+		made, refused, err := createOperation(ctx, r.Client, op)
+		if err != nil {
+			return 0, err
 		}
-		created++
+		if refused != nil {
+			ignored++
+			kube.Emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotIgnored,
+				"snapshot %q of PersistentVolume %s cannot be followed: %v", snap.SnapshotID, snap.PersistentVolumeName, refused)
+			continue
+		}
+		if made {
+			created++
+		}
 	}
 	if created > 0 {
 		ctrl.LoggerFrom(ctx).Info("ingested volume snapshots", "created", created, "records", len(snapshots))
@@ -357,45 +354,27 @@ func (r *VolumeSnapshotReconciler) ingest(ctx context.Context, backup *velerov1a
 	return ignored, nil
 }
 
-// newSnapshotOperation is the ItemOperation of one volume snapshot. Its
-// timeout clock runs from the backup's start, as the snapshot was taken
-// during the backup.
+// newSnapshotOperation is the ItemOperation of one volume snapshot, made as
+// that of an operations file's record. Its timeout clock runs from the
+// backup's start, as the snapshot was taken during the backup.
 func newSnapshotOperation(backup *velerov1api.Backup, index int, pluginName string, snap store.VolumeSnapshot) (*itemopsv1alpha1.ItemOperation, error) {
-	seed := itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseNew, Created: backup.Status.StartTimestamp.DeepCopy()}
-	if seed.Created == nil {
-		seed.Created = backup.CreationTimestamp.DeepCopy()
+	created := backup.Status.StartTimestamp.DeepCopy()
+	if created == nil {
+		created = backup.CreationTimestamp.DeepCopy()
 	}
-	status, err := json.Marshal(seed)
+	record := opRecord{Plugin: pluginName, OperationID: snap.SnapshotID,
+		Status: itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseNew, Created: created}}
+	op, err := newItemOperation(backup, velerov1api.SchemeGroupVersion.WithKind("Backup"), itemopsv1alpha1.ParentKindBackup,
+		itemopsv1alpha1.PluginKindVolumeSnapshotter, index, record)
 	if err != nil {
-		return nil, fmt.Errorf("encoding the snapshot's status: %w", err)
+		return nil, fmt.Errorf("the snapshot's ItemOperation: %w", err)
 	}
-	gvk := velerov1api.SchemeGroupVersion.WithKind("Backup")
-	return &itemopsv1alpha1.ItemOperation{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: backup.Namespace,
-			Name:      operationName(backup.Name, string(backup.UID), snapshotOperationKindInKey+pluginName, snap.SnapshotID),
-			Labels: map[string]string{
-				itemopsv1alpha1.LabelParentKind: string(itemopsv1alpha1.ParentKindBackup),
-				itemopsv1alpha1.LabelParentName: itemopsv1alpha1.ParentNameLabelValue(backup.Name),
-				itemopsv1alpha1.LabelParentUID:  string(backup.UID),
-			},
-			Annotations: map[string]string{
-				itemopsv1alpha1.AnnotationRecordIndex:  strconv.Itoa(index),
-				itemopsv1alpha1.AnnotationRecordStatus: string(status),
-			},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: backup.Name, UID: backup.UID,
-			}},
-			Finalizers: []string{itemopsv1alpha1.Finalizer},
-		},
-		Spec: itemopsv1alpha1.ItemOperationSpec{
-			Parent:           itemopsv1alpha1.ParentReference{Kind: itemopsv1alpha1.ParentKindBackup, Name: backup.Name, UID: string(backup.UID)},
-			Plugin:           itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindVolumeSnapshotter, Name: pluginName},
-			OperationID:      snap.SnapshotID,
-			Resource:         itemopsv1alpha1.ResourceIdentifier{Resource: snapshotResource, Name: snap.PersistentVolumeName},
-			SnapshotLocation: snap.Location,
-		},
-	}, nil
+	// A VolumeSnapshotter may share its name and an operation ID with an
+	// item action: the plugin's kind is part of the name's key.
+	op.Name = operationName(backup.Name, string(backup.UID), snapshotOperationKindInKey+pluginName, snap.SnapshotID)
+	op.Spec.Resource = itemopsv1alpha1.ResourceIdentifier{Resource: snapshotResource, Name: snap.PersistentVolumeName}
+	op.Spec.SnapshotLocation = snap.Location
+	return op, nil
 }
 
 // reportDurability tells, once, whether every snapshot of the backup became
@@ -430,93 +409,4 @@ func (r *VolumeSnapshotReconciler) reportDurability(backup *velerov1api.Backup, 
 	kube.Emitf(r.Recorder, backup, corev1.EventTypeWarning, reasonSnapshotsNotDurable,
 		"%d of %d volume snapshots did not become durable (PersistentVolumes %v); see their ItemOperations",
 		len(failed), len(ops), failed)
-}
-
-// RestoreSnapshotReconciler warns on a Restore whose Backup has native
-// volume snapshots that did not become durable, or are still copying:
-// Velero restores volumes from every snapshot it recorded, as if whole. It
-// never writes to a Restore, in either mode. A Restore is warned about once
-// in its first hour, whatever its phase: Velero may end a small one before
-// the warning could come first.
-type RestoreSnapshotReconciler struct {
-	Client   client.Client
-	Recorder record.EventRecorder
-	// Stores reads a Backup's ItemOperations from the cache's store;
-	// through Client when nil.
-	Stores *kube.Stores
-
-	Clock  clock.Clock
-	warned sync.Map // restore UID -> true, so each Restore is warned once
-}
-
-// restoreWarningAge is how old a Restore may be and still be warned about:
-// one that ended within seconds of its creation is warned about all the
-// same, and a restart of itemops does not warn again about old ones.
-const restoreWarningAge = time.Hour
-
-// SetupWithManager registers the reconciler for Restores.
-func (r *RestoreSnapshotReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("restoresnapshots").
-		For(&velerov1api.Restore{}).
-		Complete(kube.QuietConflicts{Reconciler: r})
-}
-
-// Reconcile implements reconcile.Reconciler.
-func (r *RestoreSnapshotReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	restore := &velerov1api.Restore{}
-	if err := r.Client.Get(ctx, req.NamespacedName, restore); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if r.Clock.Since(restore.CreationTimestamp.Time) > restoreWarningAge {
-		r.warned.Delete(restore.UID)
-		return ctrl.Result{}, nil // told long ago, or before itemops ran
-	}
-	if restore.Spec.BackupName == "" || (restore.Spec.RestorePVs != nil && !*restore.Spec.RestorePVs) {
-		return ctrl.Result{}, nil
-	}
-	if _, done := r.warned.Load(restore.UID); done {
-		return ctrl.Result{}, nil
-	}
-	backup := &velerov1api.Backup{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: restore.Namespace, Name: restore.Spec.BackupName}, backup); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	ops, err := listAllOperations(ctx, r.Client, r.Stores, backup.Namespace, backup.UID)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	var failed, copying []string
-	for _, op := range ops {
-		if op.Spec.Plugin.Kind != itemopsv1alpha1.PluginKindVolumeSnapshotter {
-			continue
-		}
-		switch op.Status.Phase {
-		case itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseCanceled:
-			failed = append(failed, op.Spec.Resource.Name)
-		case itemopsv1alpha1.OperationPhaseCompleted:
-		default:
-			copying = append(copying, op.Spec.Resource.Name)
-		}
-	}
-	if len(failed)+len(copying) == 0 {
-		return ctrl.Result{}, nil
-	}
-	slices.Sort(failed)
-	slices.Sort(copying)
-	var parts []string
-	if len(failed) > 0 {
-		parts = append(parts, fmt.Sprintf("the volume snapshots of PersistentVolumes %s did not become durable", strings.Join(failed, ", ")))
-	}
-	if len(copying) > 0 {
-		parts = append(parts, fmt.Sprintf("those of %s are still copying", strings.Join(copying, ", ")))
-	}
-	r.warned.Store(restore.UID, true)
-	kube.Emitf(r.Recorder, restore, corev1.EventTypeWarning, reasonRestoreNotDurable,
-		"Backup %s: %s; Velero restores volumes from them as if whole: expect their restore to fail, or to hold incomplete data",
-		backup.Name, strings.Join(parts, "; "))
-	return ctrl.Result{}, nil
 }
