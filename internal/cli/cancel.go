@@ -63,19 +63,10 @@ which the aggregated edit and admin roles grant.`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: o.completeKindAndName(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, err := parentKind(args[0])
+			p, cfg, c, err := o.parent(args)
 			if err != nil {
 				return err
 			}
-			cfg, err := o.config()
-			if err != nil {
-				return err
-			}
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			p := view.Parent{Kind: kind, Namespace: o.namespace(), Name: args[1]}
 			requested, err := requestCancel(cmd.Context(), c, p, ids, o.streams.Out)
 			if err != nil || !wait || len(requested) == 0 {
 				return err

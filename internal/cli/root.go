@@ -143,6 +143,32 @@ func (o *options) client() (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	return o.clientFor(cfg)
+}
+
+// parent is the Backup or Restore a command's two arguments name (kind and
+// name), in Velero's namespace, with the configuration and the client to
+// read it.
+func (o *options) parent(args []string) (view.Parent, *rest.Config, client.Client, error) {
+	kind, err := parentKind(args[0])
+	if err != nil {
+		return view.Parent{}, nil, nil, err
+	}
+	cfg, err := o.config()
+	if err != nil {
+		return view.Parent{}, nil, nil, err
+	}
+	c, err := o.clientFor(cfg)
+	if err != nil {
+		return view.Parent{}, nil, nil, err
+	}
+	// After the client: it finds Velero's namespace when nothing names it.
+	return view.Parent{Kind: kind, Namespace: o.namespace(), Name: args[1]}, cfg, c, nil
+}
+
+// clientFor is a client with cfg, and finds Velero's namespace when
+// nothing names it.
+func (o *options) clientFor(cfg *rest.Config) (client.Client, error) {
 	c, err := client.New(cfg, client.Options{Scheme: view.Scheme()})
 	if err != nil {
 		return nil, err

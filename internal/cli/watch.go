@@ -49,25 +49,20 @@ to the real figure at the next update. Elsewhere (a pipe, a CI log), or with
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: o.completeKindAndName(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, err := parentKind(args[0])
-			if err != nil {
+			if _, err := parentKind(args[0]); err != nil {
 				return err
 			}
 			if output != "" && output != "plain" {
 				return fmt.Errorf("unknown output %q: plain, or nothing for bars on a terminal", output)
 			}
-			cfg, err := o.config()
+			// The watch reads with a client of its own.
+			p, cfg, _, err := o.parent(args)
 			if err != nil {
-				return err
-			}
-			// The watch reads with a client of its own; this one finds
-			// Velero's namespace when nothing names it.
-			if _, err := o.client(); err != nil {
 				return err
 			}
 			code, err := view.Run(cmd.Context(), view.Options{
 				Config: cfg,
-				Parent: view.Parent{Kind: kind, Namespace: o.namespace(), Name: args[1]},
+				Parent: p,
 				Out:    o.streams.Out,
 				In:     o.streams.In,
 				Plain:  output == "plain",

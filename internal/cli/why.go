@@ -53,29 +53,25 @@ condition of ItemOperations (docs/velero.md, "When an operation waits").`,
 		Args:              cobra.ExactArgs(2),
 		ValidArgsFunction: o.completeKindAndName(false),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kind, err := parentKind(args[0])
+			p, _, c, err := o.parent(args)
 			if err != nil {
 				return err
 			}
-			c, err := o.client()
-			if err != nil {
-				return err
-			}
-			s, err := view.Read(cmd.Context(), c, view.Parent{Kind: kind, Namespace: o.namespace(), Name: args[1]})
+			s, err := view.Read(cmd.Context(), c, p)
 			if err != nil {
 				return err
 			}
 			if !s.Found {
-				return apierrors.NewNotFound(groupResource(kind), args[1])
+				return apierrors.NewNotFound(groupResource(p.Kind), args[1])
 			}
 			var queue []velerov1api.Backup
-			if kind == itemopsv1alpha1.ParentKindBackup && s.Phase == string(velerov1api.BackupPhaseQueued) {
+			if p.Kind == itemopsv1alpha1.ParentKindBackup && s.Phase == string(velerov1api.BackupPhaseQueued) {
 				if queue, err = backupsInQueue(cmd.Context(), c, o.namespace()); err != nil {
 					return err
 				}
 			}
 			var stuck stuckSince
-			if kind == itemopsv1alpha1.ParentKindBackup && s.Phase == string(velerov1api.BackupPhaseReadyToStart) {
+			if p.Kind == itemopsv1alpha1.ParentKindBackup && s.Phase == string(velerov1api.BackupPhaseReadyToStart) {
 				if stuck, err = readyToStartSince(cmd.Context(), c, o.namespace(), args[1], o.clock.Now()); err != nil {
 					return err
 				}
