@@ -182,6 +182,9 @@ var _ SnapshotLocations = (*store.Store)(nil)
 // SetupWithManager registers the reconciler; a change of a parent or a new
 // DeleteBackupRequest wakes the parent's operations at once.
 func (r *ItemOperationReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("itemoperation").
 		// Its own status writes do not wake an operation: it is polled on
