@@ -156,9 +156,6 @@ func (r *parentReconciler[T]) wasMoved(parent T) bool {
 	return r.moved[parent.GetUID()]
 }
 
-func (r *parentReconciler[T]) now() time.Time {
-	if r.opts.Clock == nil {
-		return time.Now()
-	}
-	return r.opts.Clock.Now()
-}
+// now is the time by the reconciler's clock (its constructor's default,
+// the real one).
+func (r *parentReconciler[T]) now() time.Time { return r.opts.Clock.Now() }
