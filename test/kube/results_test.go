@@ -131,7 +131,7 @@ func TestDocsNameTheReleasesThatPassed(t *testing.T) {
 func TestItemopsNamesTheReleasesThatPassed(t *testing.T) {
 	oldest, newest := supported(t, readResults(t))
 	if compat.OldestKubernetesMinor != oldest || compat.NewestKubernetesMinor != newest {
-		t.Errorf("internal/kubeversion says 1.%d to 1.%d at start; make test-kube passed 1.%d to 1.%d",
+		t.Errorf("internal/compat says 1.%d to 1.%d at start; make test-kube passed 1.%d to 1.%d",
 			compat.OldestKubernetesMinor, compat.NewestKubernetesMinor, oldest, newest)
 	}
 }
