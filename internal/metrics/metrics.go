@@ -14,12 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package metrics holds itemops' Prometheus metrics, served by
-// controller-runtime's metrics endpoint. Events of the reconcilers (polls,
-// cancels, finished operations, plugin restarts) are counted as they happen;
-// the state of all ItemOperations (how many per phase, stalled, bytes moved)
-// is computed from the informer cache at each scrape, so it is never stale
-// and never drifts after a restart.
 package metrics
 
 import (

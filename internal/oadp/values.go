@@ -14,13 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package oadp reads itemops' chart values from what the OADP operator
-// makes of a DataProtectionApplication: the DPA says the mode (its
-// disabled-controllers), Velero's Deployment, which the operator builds
-// from the DPA and its own images, says the rest (plugin images, Velero's
-// image and server arguments, the credentials Secret). OADP's Go module
-// is not imported (it replaces Velero with its own fork): the DPA is read
-// as unstructured, by the fields of OADP's API.
 package oadp
 
 import (

@@ -14,8 +14,6 @@ See the License for the specific language governing permissions and
 limitations under the License.
 */
 
-// Package progress turns the counts a plugin reports into what people read:
-// "4.2Gi/10Gi (42%)", and an estimated completion time.
 package progress
 
 import (
