@@ -176,12 +176,9 @@ func (s *Store) CheckWritable(ctx context.Context, parent client.Object) error {
 	if name == "" {
 		return nil
 	}
-	location := &velerov1api.BackupStorageLocation{}
-	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, location); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("%w: BackupStorageLocation %q does not exist", ErrNoLocation, name)
-		}
-		return fmt.Errorf("reading BackupStorageLocation %s: %w", name, err)
+	location, err := s.location(ctx, name)
+	if err != nil {
+		return err
 	}
 	if location.Spec.AccessMode == velerov1api.BackupStorageLocationAccessModeReadOnly {
 		return fmt.Errorf("%w: BackupStorageLocation %s", ErrReadOnly, name)
@@ -220,6 +217,19 @@ func (s *Store) restoreLocation(ctx context.Context, restore *velerov1api.Restor
 	return backup.Spec.StorageLocation, nil
 }
 
+// location reads the named BackupStorageLocation; ErrNoLocation when there
+// is none.
+func (s *Store) location(ctx context.Context, name string) (*velerov1api.BackupStorageLocation, error) {
+	location := &velerov1api.BackupStorageLocation{}
+	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, location); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: BackupStorageLocation %q does not exist", ErrNoLocation, name)
+		}
+		return nil, fmt.Errorf("reading BackupStorageLocation %s: %w", name, err)
+	}
+	return location, nil
+}
+
 // withBackupStore opens Velero's BackupStore on the named location through
 // its ObjectStore plugin and calls fn with it. A parent that names no
 // location was not made by Velero (Velero always sets one): it has no
@@ -228,12 +238,9 @@ func (s *Store) withBackupStore(ctx context.Context, name string, write bool, fn
 	if name == "" {
 		return nil
 	}
-	location := &velerov1api.BackupStorageLocation{}
-	if err := s.Client.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: name}, location); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("%w: BackupStorageLocation %q does not exist", ErrNoLocation, name)
-		}
-		return fmt.Errorf("reading BackupStorageLocation %s: %w", name, err)
+	location, err := s.location(ctx, name)
+	if err != nil {
+		return err
 	}
 	if location.Spec.ObjectStorage == nil {
 		return fmt.Errorf("%w: BackupStorageLocation %s has no object storage", ErrNoLocation, name)
