@@ -424,7 +424,8 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		Eventually(func() string { return s.Logs(ctx, s.Namespace, "app.kubernetes.io/name=itemops", 2000) }).
 			WithContext(ctx).WithTimeout(time.Minute).Should(MatchRegexp(
 			`Velero's release.*"image":\s*"velero/velero:v1\.18\.3".*"support":\s*"Supported".*"builtinPlugins":\s*"v1\.18\.3"`))
-		Expect(s.Logs(ctx, s.Namespace, "app.kubernetes.io/name=itemops", 2000)).To(MatchRegexp(
+		Eventually(func() string { return s.Logs(ctx, s.Namespace, "app.kubernetes.io/name=itemops", 2000) }).
+			WithContext(ctx).WithTimeout(time.Minute).Should(MatchRegexp(
 			`Kubernetes' release.*"version":\s*"v1\.\d+\.\d+".*"support":\s*"Supported"`))
 		events := &corev1.EventList{}
 		Expect(s.Client.List(ctx, events, client.InNamespace(s.Namespace))).To(Succeed())

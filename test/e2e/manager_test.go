@@ -157,9 +157,10 @@ var _ = Describe("The manager binary", func() {
 		code, _, err := get("http://" + health + "/healthz")
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(code).To(Equal(http.StatusOK))
-		// It said at start which Kubernetes it runs on: envtest's, a
+		// It says at start which Kubernetes it runs on: envtest's, a
 		// release it is tested on.
-		g.Expect(output.String()).To(MatchRegexp(`Kubernetes' release.*"version":\s*"v1\.\d+\.\d+".*"support":\s*"Supported"`))
+		g.Eventually(output.String, 30*time.Second, 100*time.Millisecond).Should(
+			MatchRegexp(`Kubernetes' release.*"version":\s*"v1\.\d+\.\d+".*"support":\s*"Supported"`))
 
 		// The replica that holds the Lease is the active one.
 		lease := &coordinationv1.Lease{}
