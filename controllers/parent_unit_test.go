@@ -18,6 +18,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -387,6 +388,50 @@ var _ = Describe("Writes of the parent reconcilers", Label("unit"), func() {
 // A parent's operations are counted on every change of one of them: the
 // count of an operation that stands for one record (nearly all) allocates
 // nothing.
+var _ = Describe("Records written back", Label("unit"), func() {
+	It("keeps Velero's record of an operation whose status is not written yet, as its parent counts it", func() {
+		t := GinkgoTB()
+		created := metav1.NewTime(time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC))
+		for _, tc := range []struct {
+			name   string
+			record itemoperation.OperationStatus
+			status itemopsv1alpha1.ItemOperationStatus
+			want   itemoperation.OperationPhase
+			error  string
+		}{
+			{"failed in Velero's file, not polled yet",
+				itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseFailed, Error: "transfer cancelled", Created: &created},
+				itemopsv1alpha1.ItemOperationStatus{}, itemoperation.OperationPhaseFailed, "transfer cancelled"},
+			{"in progress in Velero's file, not polled yet",
+				itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseInProgress, Created: &created},
+				itemopsv1alpha1.ItemOperationStatus{}, itemoperation.OperationPhaseInProgress, ""},
+			{"polled since: its own status",
+				itemoperation.OperationStatus{Phase: itemoperation.OperationPhaseInProgress, Created: &created},
+				itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseCanceled, Created: &created, Error: "canceled"},
+				itemoperation.OperationPhaseFailed, "canceled"},
+		} {
+			raw, err := json.Marshal(tc.record)
+			if err != nil {
+				t.Fatal(err)
+			}
+			op := &itemopsv1alpha1.ItemOperation{
+				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{itemopsv1alpha1.AnnotationRecordStatus: string(raw)}},
+				Spec:       itemopsv1alpha1.ItemOperationSpec{OperationID: "du-1", Plugin: itemopsv1alpha1.PluginReference{Name: "example.io/mover"}},
+				Status:     tc.status,
+			}
+			got := toRecord(op).Status
+			if got.Phase != tc.want || got.Error != tc.error {
+				t.Errorf("%s: written back %s (%q), want %s (%q)", tc.name, got.Phase, got.Error, tc.want, tc.error)
+			}
+			if counted := startingPhase(op); !(string(counted) == string(got.Phase) ||
+				counted == itemopsv1alpha1.OperationPhaseCanceled && got.Phase == itemoperation.OperationPhaseFailed ||
+				counted == "" && got.Phase == tc.record.Phase) {
+				t.Errorf("%s: counted %q but written back %s", tc.name, counted, got.Phase)
+			}
+		}
+	})
+})
+
 var _ = Describe("Record counts of operations", Label("unit"), func() {
 	It("reads the annotations, and allocates nothing without them", func() {
 		t := GinkgoTB()

@@ -208,11 +208,21 @@ func recordStatus(op *itemopsv1alpha1.ItemOperation) (*itemoperation.OperationSt
 // through: Velero's record format knows no Canceled, so a canceled
 // operation is Failed with its reason as the error, as Velero writes a
 // timed-out one.
+//
+// An operation whose status is not written yet is as Velero recorded it:
+// counted by its parent from that record (startingPhase), it is written
+// back so, never as New over an end Velero recorded.
 func toRecord(op *itemopsv1alpha1.ItemOperation) opRecord {
 	r := opRecord{ParentUID: op.Spec.Parent.UID, Plugin: op.Spec.Plugin.Name, OperationID: op.Spec.OperationID,
 		Resource: resourceToVelero(op.Spec.Resource)}
 	for _, item := range op.Spec.PostOperationItems {
 		r.PostOperationItems = append(r.PostOperationItems, resourceToVelero(item))
+	}
+	if op.Status.Created == nil {
+		if rec, err := recordStatus(op); err == nil && rec != nil {
+			r.Status = *rec
+			return r
+		}
 	}
 	s := op.Status
 	phase := itemoperation.OperationPhase(s.Phase)
