@@ -84,14 +84,21 @@ func partOf(stack []string) string {
 	return partOther
 }
 
-// cpuParts sums a CPU profile's samples by part.
-func cpuParts(p *profile.Profile) (map[string]time.Duration, time.Duration) {
-	value := len(p.SampleType) - 1 // cpu nanoseconds, after samples count
+// cpuValue is the index of a CPU profile's sample values that holds CPU
+// nanoseconds (after the samples' count).
+func cpuValue(p *profile.Profile) int {
+	value := len(p.SampleType) - 1
 	for i, st := range p.SampleType {
 		if st.Type == "cpu" {
 			value = i
 		}
 	}
+	return value
+}
+
+// cpuParts sums a CPU profile's samples by part.
+func cpuParts(p *profile.Profile) (map[string]time.Duration, time.Duration) {
+	value := cpuValue(p)
 	parts := map[string]time.Duration{}
 	var total time.Duration
 	for _, s := range p.Sample {
@@ -123,12 +130,7 @@ func cpuUnder(p *profile.Profile, fragments []string) time.Duration {
 	if p == nil {
 		return 0
 	}
-	value := len(p.SampleType) - 1
-	for i, st := range p.SampleType {
-		if st.Type == "cpu" {
-			value = i
-		}
-	}
+	value := cpuValue(p)
 	var total time.Duration
 	for _, s := range p.Sample {
 		if stackHas(s, fragments) {
