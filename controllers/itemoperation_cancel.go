@@ -128,11 +128,22 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 		// The plugin was asked already: the operation now ends for this
 		// reason, without a second request.
 		message := why + "; the plugin had been asked to cancel it"
+		if op.IsMirror() {
+			message = why + "; its spec.cancel had been set"
+		}
 		ctrl.LoggerFrom(ctx).Info("ending a canceling operation", "reason", string(reason), "message", message)
 		kube.Emit(r.Recorder, op, corev1.EventTypeWarning, reason, message)
 		setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, string(reason), message, now)
 		op.Status.Error = why
 		r.finish(op, phase, now)
+		return nil
+	}
+	if op.IsMirror() {
+		answer, err := r.cancelMirror(ctx, op)
+		if err != nil {
+			return err
+		}
+		r.recordCancel(ctx, op, reason, why, answer, phase, now)
 		return nil
 	}
 	answer := "the plugin accepted the cancel request"
@@ -167,6 +178,15 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 	case err != nil:
 		answer = "the plugin could not cancel it: " + err.Error()
 	}
+	r.recordCancel(ctx, op, reason, why, answer, phase, now)
+	return nil
+}
+
+// recordCancel records a cancel asked for reason (why), and its answer: in
+// the Canceled condition and an Event, the operation then Canceling
+// (phase) or ended in phase.
+func (r *ItemOperationReconciler) recordCancel(ctx context.Context, op *itemopsv1alpha1.ItemOperation,
+	reason kube.EventReason, why, answer string, phase itemopsv1alpha1.OperationPhase, now time.Time) {
 	message := why + "; " + answer
 	if phase == itemopsv1alpha1.OperationPhaseCanceling {
 		message += "; " + r.outcomeFrom(op)
@@ -174,22 +194,26 @@ func (r *ItemOperationReconciler) cancel(ctx context.Context, op *itemopsv1alpha
 		kube.Emit(r.Recorder, op, corev1.EventTypeWarning, reason, "Cancel: "+message)
 		setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, string(reason), message, now)
 		op.Status.Phase = phase
-		return nil
+		return
 	}
 	ctrl.LoggerFrom(ctx).Info("cancelled operation", "reason", string(reason), "message", message)
 	kube.Emit(r.Recorder, op, corev1.EventTypeWarning, reason, "Cancel: "+message)
 	setCondition(op, itemopsv1alpha1.ConditionCanceled, metav1.ConditionTrue, string(reason), message, now)
 	op.Status.Error = why
 	r.finish(op, phase, now)
-	return nil
 }
 
-// veleroRecords reports whether Velero records op's end: observe mode
-// (VeleroRecordsEnds), for an operation read from Velero's operations file.
+// veleroRecords reports whether Velero records op's end: a mirror's, always;
+// in observe mode (VeleroRecordsEnds), an operation read from Velero's
+// operations file.
 // Velero does not follow the snapshots of VolumeSnapshotters (itemops
 // follows them from its records of the Backup's volume snapshots), nor
 // operations it has no record of.
 func (r *ItemOperationReconciler) veleroRecords(op *itemopsv1alpha1.ItemOperation) bool {
+	if op.IsMirror() {
+		// The mirrored object is Velero's record, in every mode.
+		return true
+	}
 	_, recorded := op.Annotations[itemopsv1alpha1.AnnotationRecordStatus]
 	return r.VeleroRecordsEnds && recorded && op.Spec.Plugin.Kind != itemopsv1alpha1.PluginKindVolumeSnapshotter
 }

@@ -196,8 +196,37 @@ func (r *ItemOperationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&velerov1api.Backup{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent), builder.WithPredicates(parentChangeMatters())).
 		Watches(&velerov1api.Restore{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfParent), builder.WithPredicates(parentChangeMatters())).
 		Watches(&velerov1api.DeleteBackupRequest{}, handler.EnqueueRequestsFromMapFunc(r.operationsOfDeletedBackup)).
+		// A mirror reads its object at every poll; a new phase or a
+		// cancel is read at once.
+		Watches(&velerov1api.PodVolumeBackup{}, handler.EnqueueRequestsFromMapFunc(mirrorOf), builder.WithPredicates(podVolumeChanged())).
+		Watches(&velerov1api.PodVolumeRestore{}, handler.EnqueueRequestsFromMapFunc(mirrorOf), builder.WithPredicates(podVolumeChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Complete(kube.QuietConflicts{Reconciler: r})
+}
+
+// mirrorOf is the ItemOperation that mirrors a PodVolumeBackup or
+// PodVolumeRestore, found by its name.
+func mirrorOf(_ context.Context, obj client.Object) []reconcile.Request {
+	pv, ok := podVolumeOf(obj)
+	if !ok || pv.parent == nil {
+		return nil
+	}
+	name := mirrorName(pv.parent.Name, string(pv.parent.UID), pv.kind, obj.GetName())
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+}
+
+// podVolumeChanged passes the changes of a PodVolumeBackup or
+// PodVolumeRestore that its mirror acts on at once: its phase, its cancel,
+// its deletion. Its progress is read at the mirror's polls; its creation
+// makes the mirror, whose own creation wakes it.
+func podVolumeChanged() predicate.Funcs {
+	changed := podVolumePhaseChanged()
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		UpdateFunc:  changed.UpdateFunc,
+	}
 }
 
 func (r *ItemOperationReconciler) operationsOfParent(ctx context.Context, parent client.Object) []reconcile.Request {
@@ -317,7 +346,7 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 
 	if reason, message := cancelReason(op, parent); reason != "" {
 		switch {
-		case !awaitsOutcome(reason):
+		case !awaitsOutcome(reason) && !(op.IsMirror() && !parent.gone):
 			if err := r.cancel(ctx, op, parent, reason, message, itemopsv1alpha1.OperationPhaseCanceled, now); err != nil {
 				return staleOr(err)
 			}
@@ -345,7 +374,11 @@ func (r *ItemOperationReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if polledBefore {
 		last = v.(polled)
 	}
-	r.poll(ctx, op, parent, now)
+	if op.IsMirror() {
+		r.pollMirror(ctx, op, now)
+	} else {
+		r.poll(ctx, op, parent, now)
+	}
 	if op.Status.Phase.IsTerminal() {
 		r.learnLateness(op, last, now)
 		return r.writeEnd(ctx, original, op, now)

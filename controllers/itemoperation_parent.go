@@ -157,6 +157,9 @@ func (r *ItemOperationReconciler) deletionRequested(ctx context.Context, backup 
 	return false, nil
 }
 
+// noDeadline is the deadline of an operation itemops never times out.
+var noDeadline = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // timeout is the operation's own timeout, else its parent's, else the default.
 func (r *ItemOperationReconciler) timeout(op *itemopsv1alpha1.ItemOperation, parent *parentState) time.Duration {
 	if op.Spec.Timeout != nil {
@@ -173,6 +176,11 @@ func (r *ItemOperationReconciler) timeout(op *itemopsv1alpha1.ItemOperation, par
 // itself (VeleroTimesOut), that is VeleroTimeoutGrace later, unless the
 // ItemOperation sets a timeout of its own.
 func (r *ItemOperationReconciler) deadline(op *itemopsv1alpha1.ItemOperation, parent *parentState) (time.Time, string) {
+	if op.IsMirror() {
+		// Velero's to time out (its --fs-backup-timeout, node-agent's
+		// prepare timeout): a mirror never drives what it follows.
+		return noDeadline, ""
+	}
 	limit := r.timeout(op, parent)
 	why := fmt.Sprintf("the operation did not finish within its timeout of %s", limit)
 	at := op.Status.Created.Add(limit)

@@ -73,7 +73,7 @@ const (
 func (r *ItemOperationReconciler) explain(ctx context.Context, op *itemopsv1alpha1.ItemOperation, parent *parentState, now time.Time) {
 	var cause *why.Cause
 	var checked []string
-	if r.Causes != nil && op.IsDataMover() {
+	if r.Causes != nil && (op.IsDataMover() || op.IsMirror()) {
 		deadline, _ := r.deadline(op, parent)
 		cause, checked = r.dataMoverCause(ctx, op, why.When{Now: now, Deadline: deadline, CancelAt: cancelAt(op), VeleroRecords: r.veleroRecords(op)})
 	}
@@ -82,21 +82,21 @@ func (r *ItemOperationReconciler) explain(ctx context.Context, op *itemopsv1alph
 		if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil && strings.HasPrefix(c.Message, pluginReported) {
 			reported = c.Message
 		}
-		c := why.CancelRequested(op.Spec.Plugin.Name, cancelAt(op), r.veleroRecords(op), reported)
+		c := why.CancelRequested(why.RunnerOf(op), cancelAt(op), r.veleroRecords(op), reported)
 		cause = &c
 	}
 	stalled := meta.IsStatusConditionTrue(op.Status.Conditions, itemopsv1alpha1.ConditionStalled)
 	if since, still := r.standsStill(op, now); cause == nil && (still || stalled) {
 		server := r.veleroServer(ctx)
 		if cause = why.NotRunning(server, since); cause == nil && stalled {
-			c := why.Stalled(op.Spec.Plugin.Name, op.Status.Description, op.Status.LastProgressTime.Time)
+			c := why.Stalled(why.RunnerOf(op), op.Status.Description, op.Status.LastProgressTime.Time)
 			cause = &c
 		}
 		if cause == nil {
 			if server != nil && checked == nil {
-				checked = []string{"the plugin's progress", server.Summary()}
+				checked = []string{why.RunnerOf(op).Progress(), server.Summary()}
 			}
-			c := why.NotMoving(op.Spec.Plugin.Name, op.Status.Description, since, checked)
+			c := why.NotMoving(why.RunnerOf(op), op.Status.Description, since, checked)
 			cause = &c
 		}
 	}
@@ -132,10 +132,10 @@ func (r *ItemOperationReconciler) dataMoverCause(ctx context.Context, op *itemop
 	defer cancel()
 	found, err := r.Causes.Cause(ctx, op, when)
 	if err == nil {
-		r.causeErrors.forget(op.Spec.Plugin.Name)
+		r.causeErrors.forget(moverKey(op))
 		return found.Cause, found.Checked
 	}
-	if r.causeErrors.first(op.Spec.Plugin.Name, err) {
+	if r.causeErrors.first(moverKey(op), err) {
 		ctrl.LoggerFrom(ctx).Error(err, "reading why the data movement waits (logged once until the error changes)")
 	}
 	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionWaiting); c != nil && c.Status == metav1.ConditionTrue {
@@ -256,4 +256,14 @@ func (r *ItemOperationReconciler) waitEvent(original, op *itemopsv1alpha1.ItemOp
 	case now.Status != metav1.ConditionTrue && waited && !op.Status.Phase.IsTerminal():
 		kube.Emit(r.Recorder, op, corev1.EventTypeNormal, EventWaitEnded, fmt.Sprintf("no longer waits on %s", was.Reason))
 	}
+}
+
+// moverKey names what moves op's data where something is kept per plugin
+// (lateness, the last error of finding causes): the plugin's name, or the
+// kind a mirror follows.
+func moverKey(op *itemopsv1alpha1.ItemOperation) string {
+	if op.IsMirror() {
+		return string(op.Spec.Mirror.Kind)
+	}
+	return op.Spec.Plugin.Name
 }

@@ -123,15 +123,16 @@ type parentCounters struct {
 }
 
 // listOperations returns the item-action ItemOperations of the parent with
-// this UID: those Velero waits for. Volume snapshot operations are not
-// among them (see VolumeSnapshotReconciler).
+// this UID: those Velero waits for. Volume snapshot operations (see
+// VolumeSnapshotReconciler) and mirrors of file-system backups (Velero
+// waits for those before its plugin operations) are not among them.
 func listOperations(ctx context.Context, c client.Client, stores *kube.Stores, namespace string, uid types.UID) ([]*itemopsv1alpha1.ItemOperation, error) {
 	ops, err := listAllOperations(ctx, c, stores, namespace, uid)
 	if err != nil {
 		return nil, err
 	}
 	return slices.DeleteFunc(ops, func(op *itemopsv1alpha1.ItemOperation) bool {
-		return op.Spec.Plugin.Kind == itemopsv1alpha1.PluginKindVolumeSnapshotter
+		return op.Spec.Plugin.Kind == itemopsv1alpha1.PluginKindVolumeSnapshotter || op.IsMirror()
 	}), nil
 }
 

@@ -87,6 +87,20 @@ const (
 	PluginKindVolumeSnapshotter PluginKind = "VolumeSnapshotter"
 )
 
+// MirrorKind is the kind of a Velero object that moves data outside any
+// plugin operation, which an ItemOperation may mirror.
+// +kubebuilder:validation:Enum=PodVolumeBackup;PodVolumeRestore
+type MirrorKind string
+
+const (
+	// MirrorKindPodVolumeBackup is a velero.io/v1 PodVolumeBackup: one pod
+	// volume of a file-system backup, moved by node-agent.
+	MirrorKindPodVolumeBackup MirrorKind = "PodVolumeBackup"
+	// MirrorKindPodVolumeRestore is a velero.io/v1 PodVolumeRestore: one
+	// pod volume of a file-system restore, moved by node-agent.
+	MirrorKindPodVolumeRestore MirrorKind = "PodVolumeRestore"
+)
+
 // OperationPhase is where an operation is in its life.
 // +kubebuilder:validation:Enum=New;InProgress;Canceling;Completed;Failed;Canceled
 type OperationPhase string
@@ -323,15 +337,46 @@ type ResourceIdentifier struct {
 	Name string `json:"name"`
 }
 
+// MirrorReference names the Velero object an ItemOperation mirrors: a data
+// movement Velero runs itself, outside any plugin operation. itemops reads
+// it and never drives it: Velero and node-agent are the authority.
+type MirrorReference struct {
+	// Kind is PodVolumeBackup or PodVolumeRestore.
+	// +required
+	Kind MirrorKind `json:"kind"`
+
+	// Name of the object, in the ItemOperation's namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// UID of the object, so that the mirror never follows another object
+	// that reuses the name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	UID string `json:"uid"`
+
+	// Volume is the name of the pod's volume the object moves.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Volume string `json:"volume,omitempty"`
+}
+
 // ItemOperationSpec identifies one asynchronous operation. Everything but
 // cancel is fixed when the object is created.
 //
-// +kubebuilder:validation:XValidation:rule="self.plugin.kind == 'RestoreItemAction' ? self.parent.kind == 'Restore' : self.parent.kind == 'Backup'",message="a RestoreItemAction operation belongs to a Restore; BackupItemAction and VolumeSnapshotter operations belong to a Backup",fieldPath=".parent.kind"
+// +kubebuilder:validation:XValidation:rule="has(self.plugin) != has(self.mirror)",message="an ItemOperation names either the plugin that started the operation (plugin) or the Velero object it mirrors (mirror), not both"
+// +kubebuilder:validation:XValidation:rule="has(self.plugin) == has(self.operationID)",message="operationID is required for, and only for, a plugin's operation",fieldPath=".operationID"
+// +kubebuilder:validation:XValidation:rule="has(self.plugin) == has(oldSelf.plugin) && has(self.mirror) == has(oldSelf.mirror) && has(self.operationID) == has(oldSelf.operationID)",message="plugin, mirror and operationID are immutable"
+// +kubebuilder:validation:XValidation:rule="!has(self.plugin) || (self.plugin.kind == 'RestoreItemAction' ? self.parent.kind == 'Restore' : self.parent.kind == 'Backup')",message="a RestoreItemAction operation belongs to a Restore; BackupItemAction and VolumeSnapshotter operations belong to a Backup",fieldPath=".parent.kind"
+// +kubebuilder:validation:XValidation:rule="!has(self.mirror) || (self.mirror.kind == 'PodVolumeRestore' ? self.parent.kind == 'Restore' : self.parent.kind == 'Backup')",message="a PodVolumeRestore belongs to a Restore; a PodVolumeBackup belongs to a Backup",fieldPath=".parent.kind"
 // +kubebuilder:validation:XValidation:rule="!has(self.postOperationItems) || self.parent.kind == 'Backup'",message="postOperationItems apply only to operations of a Backup",fieldPath=".postOperationItems"
 // +kubebuilder:validation:XValidation:rule="has(self.postOperationItems) == has(oldSelf.postOperationItems) && (!has(self.postOperationItems) || self.postOperationItems == oldSelf.postOperationItems)",message="postOperationItems is immutable",fieldPath=".postOperationItems"
 // +kubebuilder:validation:XValidation:rule="has(self.timeout) == has(oldSelf.timeout) && (!has(self.timeout) || self.timeout == oldSelf.timeout)",message="timeout is immutable",fieldPath=".timeout"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.cancel) || !oldSelf.cancel || (has(self.cancel) && self.cancel)",message="cancel cannot be withdrawn once requested",fieldPath=".cancel"
-// +kubebuilder:validation:XValidation:rule="self.plugin.kind == 'VolumeSnapshotter' ? has(self.snapshotLocation) : !has(self.snapshotLocation)",message="snapshotLocation is required for, and only for, VolumeSnapshotter operations",fieldPath=".snapshotLocation"
+// +kubebuilder:validation:XValidation:rule="has(self.plugin) && self.plugin.kind == 'VolumeSnapshotter' ? has(self.snapshotLocation) : !has(self.snapshotLocation)",message="snapshotLocation is required for, and only for, VolumeSnapshotter operations",fieldPath=".snapshotLocation"
 // +kubebuilder:validation:XValidation:rule="has(self.snapshotLocation) == has(oldSelf.snapshotLocation) && (!has(self.snapshotLocation) || self.snapshotLocation == oldSelf.snapshotLocation)",message="snapshotLocation is immutable",fieldPath=".snapshotLocation"
 type ItemOperationSpec struct {
 	// Parent is the Backup or Restore the operation belongs to.
@@ -339,20 +384,32 @@ type ItemOperationSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="parent is immutable"
 	Parent ParentReference `json:"parent"`
 
-	// Plugin is the plugin that started the operation and is asked for its progress.
-	// +required
+	// Plugin is the plugin that started the operation and is asked for its
+	// progress. Unset on a mirror (see mirror).
+	// +optional
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="plugin is immutable"
-	Plugin PluginReference `json:"plugin"`
+	Plugin PluginReference `json:"plugin,omitzero"`
+
+	// Mirror names the Velero object this ItemOperation mirrors, a data
+	// movement Velero runs outside any plugin operation (a file-system
+	// backup's PodVolumeBackup, a file-system restore's PodVolumeRestore).
+	// A mirror is never polled through a plugin: its status is read from
+	// the object, it ends as the object ends, and a cancel sets the
+	// object's own spec.cancel. Unset on a plugin's operation.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="mirror is immutable"
+	Mirror *MirrorReference `json:"mirror,omitempty"`
 
 	// OperationID is the ID the plugin returned when it started the operation
-	// (for a VolumeSnapshotter, the snapshot ID).
-	// +required
+	// (for a VolumeSnapshotter, the snapshot ID). Unset on a mirror.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="operationID is immutable"
-	OperationID string `json:"operationID"`
+	OperationID string `json:"operationID,omitempty"`
 
-	// Resource is the item whose backup or restore started the operation.
+	// Resource is the item whose backup or restore started the operation
+	// (for a mirror, the pod whose volume moves).
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="resource is immutable"
 	Resource ResourceIdentifier `json:"resource"`
@@ -383,7 +440,9 @@ type ItemOperationSpec struct {
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
 	// Cancel, once set to true, asks itemops to cancel the operation through
-	// its plugin. It is the only field that can change and cannot be withdrawn.
+	// its plugin (for a mirror: by setting the mirrored object's own
+	// spec.cancel). It is the only field that can change and cannot be
+	// withdrawn.
 	// +optional
 	Cancel bool `json:"cancel,omitempty"`
 }
@@ -493,13 +552,15 @@ type ItemOperationStatus struct {
 }
 
 // ItemOperation is one asynchronous operation started by a Velero plugin
-// during a backup or restore, and its progress.
+// during a backup or restore, or one data movement Velero runs itself
+// (a mirror, see spec.mirror), and its progress.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=itemop,categories={velero,itemops}
 // +kubebuilder:printcolumn:name="Parent",type=string,JSONPath=`.spec.parent.name`,description="Backup or Restore the operation belongs to"
-// +kubebuilder:printcolumn:name="Plugin",type=string,JSONPath=`.spec.plugin.name`,description="Plugin that started the operation"
+// +kubebuilder:printcolumn:name="Plugin",type=string,JSONPath=`.spec.plugin.name`,description="Plugin that started the operation; empty for a mirror"
+// +kubebuilder:printcolumn:name="Mirrors",type=string,JSONPath=`.spec.mirror.kind`,description="Kind of the Velero object a mirror follows (PodVolumeBackup, PodVolumeRestore); empty for a plugin's operation"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Progress",type=string,JSONPath=`.status.progress`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -443,17 +443,60 @@ func repositoryCause(m Movement) *Cause {
 }
 
 // Stalled is the cause of an operation whose progress has stood still since
-// a time: NoProgress, with the plugin's own account when it gives one. The
+// a time: NoProgress, with its runner's own account when it gives one. The
 // time, not how long: the message of a condition that stays does not change
 // at every poll.
-func Stalled(plugin, description string, since time.Time) Cause {
+func Stalled(runner Runner, description string, since time.Time) Cause {
 	c := Cause{
 		Reason:   itemopsv1alpha1.WaitingNoProgress,
 		Evidence: fmt.Sprintf("progress has not moved since %s", since.UTC().Format(time.RFC3339)),
-		Action:   fmt.Sprintf("The plugin %s runs it; look at what it does (its log, the objects it works on)", plugin),
+		Action:   fmt.Sprintf("%s runs it; look at what it does (its log, the objects it works on)", upperFirst(runner.who())),
 	}
 	if description != "" {
-		c.Evidence += "; the plugin says: " + description
+		c.Evidence += "; " + runner.says() + ": " + description
 	}
 	return c
+}
+
+// Runner is who runs an operation's data movement, as causes name it.
+type Runner struct {
+	// Name is the plugin's registered name, or a mirror's object
+	// (PodVolumeBackup/NAME).
+	Name string
+	// Mirror: node-agent runs it for a Velero object itemops mirrors.
+	Mirror bool
+}
+
+// RunnerOf is who runs op's data movement.
+func RunnerOf(op *itemopsv1alpha1.ItemOperation) Runner {
+	return Runner{Name: op.MoverName(), Mirror: op.IsMirror()}
+}
+
+func (r Runner) who() string {
+	if r.Mirror {
+		return "node-agent, for " + r.Name + ","
+	}
+	return "the plugin " + r.Name
+}
+
+func (r Runner) says() string {
+	if r.Mirror {
+		return "Velero says"
+	}
+	return "the plugin says"
+}
+
+// Progress is where the operation's progress is read, for people.
+func (r Runner) Progress() string {
+	if r.Mirror {
+		return "the progress of " + r.Name
+	}
+	return "the plugin's progress"
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }

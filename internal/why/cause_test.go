@@ -301,7 +301,7 @@ func TestDiagnose(t *testing.T) {
 
 func TestStalled(t *testing.T) {
 	since := time.Date(2026, 11, 28, 10, 0, 0, 0, time.FixedZone("CET", 3600))
-	c := Stalled("example.io/slow", "copying blocks", since)
+	c := Stalled(Runner{Name: "example.io/slow"}, "copying blocks", since)
 	if c.Reason != itemopsv1alpha1.WaitingNoProgress {
 		t.Fatalf("reason %s", c.Reason)
 	}
@@ -310,7 +310,7 @@ func TestStalled(t *testing.T) {
 			t.Errorf("message %q does not say %q", c.Message(), s)
 		}
 	}
-	if strings.Contains(Stalled("p", "", since).Message(), "plugin says") {
+	if strings.Contains(Stalled(Runner{Name: "p"}, "", since).Message(), "plugin says") {
 		t.Error("a plugin that says nothing is quoted")
 	}
 }
@@ -323,7 +323,7 @@ func TestNotMovingSaysWhatWasChecked(t *testing.T) {
 	m.Repository = &velerov1api.BackupRepository{ObjectMeta: metav1.ObjectMeta{Name: "app-default-kopia-x"},
 		Status: velerov1api.BackupRepositoryStatus{Phase: velerov1api.BackupRepositoryPhaseReady}}
 	m.Server = &Server{Namespace: "velero", Name: "velero", Found: true, Observed: true, Replicas: 1, Ready: 1}
-	c := NotMoving("velero.io/csi-pvc-backupper", "InProgress", since, m.Checked())
+	c := NotMoving(Runner{Name: "velero.io/csi-pvc-backupper"}, "InProgress", since, m.Checked())
 	if c.Reason != itemopsv1alpha1.WaitingNotMoving {
 		t.Fatalf("reason %s", c.Reason)
 	}
@@ -334,8 +334,18 @@ func TestNotMovingSaysWhatWasChecked(t *testing.T) {
 			t.Errorf("message %q does not say %q", c.Message(), s)
 		}
 	}
-	if got := NotMoving("p", "", since, nil).Message(); !strings.Contains(got, "checked: the plugin's progress") {
+	if got := NotMoving(Runner{Name: "p"}, "", since, nil).Message(); !strings.Contains(got, "checked: the plugin's progress") {
 		t.Errorf("a plugin's operation: %q", got)
+	}
+	mirror := Runner{Name: "PodVolumeBackup/b1-x7k2p", Mirror: true}
+	got := NotMoving(mirror, "PodVolumeBackup InProgress", since, nil).Message()
+	for _, s := range []string{"checked: the progress of PodVolumeBackup/b1-x7k2p", "Velero says: PodVolumeBackup InProgress", "node-agent, for PodVolumeBackup/b1-x7k2p, runs it"} {
+		if !strings.Contains(got, s) {
+			t.Errorf("a mirror: message %q does not say %q", got, s)
+		}
+	}
+	if strings.Contains(got, "plugin") {
+		t.Errorf("a mirror's cause names a plugin: %q", got)
 	}
 }
 

@@ -99,52 +99,20 @@ func (g *Gatherer) Cause(ctx context.Context, op *itemopsv1alpha1.ItemOperation,
 	return Finding{Cause: Diagnose(m), Checked: m.Checked()}, nil
 }
 
-// Movement reads the data movement of op (a data mover operation) and what
-// it depends on in its phase. found is false when no DataUpload or
-// DataDownload carries the operation's ID yet.
+// Movement reads the data movement of op (a data mover operation, or a
+// mirror of a file-system backup or restore) and what it depends on in
+// its phase. found is false when no DataUpload or DataDownload carries the
+// operation's ID yet, or the mirrored object is gone.
 func (g *Gatherer) Movement(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (m Movement, found bool, err error) {
-	ns := op.Namespace
-	m.Namespace = ns
-	selector := client.MatchingFields{IndexOperationID: op.Spec.OperationID}
-	var sourceNS, sourceSnapshot, location string
-	switch op.Spec.Plugin.Name {
-	case itemopsv1alpha1.DataUploadPlugin:
-		list := &velerov2alpha1.DataUploadList{}
-		if err := g.Reader.List(ctx, list, client.InNamespace(ns), selector); err != nil {
-			return m, false, fmt.Errorf("listing DataUploads: %w", err)
-		}
-		if len(list.Items) != 1 {
-			return m, false, nil
-		}
-		du := &list.Items[0]
-		m.Kind, m.Name, m.Phase = "DataUpload", du.Name, string(du.Status.Phase)
-		m.Node, m.AcceptedBy = du.Status.Node, du.Status.AcceptedByNode
-		sourceNS, location = du.Spec.SourceNamespace, du.Spec.BackupStorageLocation
-		m.Cancel = du.Spec.Cancel
-		if t := du.Status.AcceptedTimestamp; t != nil {
-			m.AcceptedAt = t.Time
-		}
-		if du.Spec.CSISnapshot != nil {
-			sourceSnapshot = du.Spec.CSISnapshot.VolumeSnapshot
-		}
-	case itemopsv1alpha1.DataDownloadPlugin:
-		list := &velerov2alpha1.DataDownloadList{}
-		if err := g.Reader.List(ctx, list, client.InNamespace(ns), selector); err != nil {
-			return m, false, fmt.Errorf("listing DataDownloads: %w", err)
-		}
-		if len(list.Items) != 1 {
-			return m, false, nil
-		}
-		dd := &list.Items[0]
-		m.Kind, m.Name, m.Phase = "DataDownload", dd.Name, string(dd.Status.Phase)
-		m.Node, m.AcceptedBy = dd.Status.Node, dd.Status.AcceptedByNode
-		sourceNS, location = dd.Spec.SourceNamespace, dd.Spec.BackupStorageLocation
-		m.Cancel = dd.Spec.Cancel
-		if t := dd.Status.AcceptedTimestamp; t != nil {
-			m.AcceptedAt = t.Time
-		}
-	default:
-		return m, false, nil
+	m.Namespace = op.Namespace
+	var src source
+	if op.IsMirror() {
+		src, found, err = g.podVolume(ctx, op, &m)
+	} else {
+		src, found, err = g.dataMover(ctx, op, &m)
+	}
+	if err != nil || !found {
+		return m, false, err
 	}
 
 	switch m.Phase {
@@ -155,21 +123,122 @@ func (g *Gatherer) Movement(ctx context.Context, op *itemopsv1alpha1.ItemOperati
 	}
 	switch m.Phase {
 	case phaseAccepted:
-		err = g.exposed(ctx, &m, sourceNS, sourceSnapshot)
+		err = g.exposed(ctx, &m, src.namespace, src.snapshot)
 		if err == nil && m.Pod == nil && !m.AcceptedAt.IsZero() {
 			err = g.unexposed(ctx, &m)
 		}
 	case phasePrepared:
 		err = g.load(ctx, &m, m.Node)
 	case phaseInProgress:
-		if err = g.location(ctx, &m, location); err == nil {
-			err = g.repository(ctx, &m, sourceNS, location)
+		if err = g.location(ctx, &m, src.location); err == nil {
+			err = g.repository(ctx, &m, src.namespace, src.location, src.repository)
 		}
 	}
 	if err == nil && g.Server != nil {
 		m.Server, err = g.Server.Server(ctx)
 	}
 	return m, true, err
+}
+
+// source is what a movement reads from and through: the application's
+// namespace, the CSI snapshot a DataUpload reads, the
+// BackupStorageLocation and the type of the repository.
+type source struct {
+	namespace, snapshot, location, repository string
+}
+
+// dataMover reads the DataUpload or DataDownload of a data mover operation
+// into m.
+func (g *Gatherer) dataMover(ctx context.Context, op *itemopsv1alpha1.ItemOperation, m *Movement) (source, bool, error) {
+	src := source{repository: dataMoverRepository}
+	selector := client.MatchingFields{IndexOperationID: op.Spec.OperationID}
+	switch op.Spec.Plugin.Name {
+	case itemopsv1alpha1.DataUploadPlugin:
+		list := &velerov2alpha1.DataUploadList{}
+		if err := g.Reader.List(ctx, list, client.InNamespace(m.Namespace), selector); err != nil {
+			return src, false, fmt.Errorf("listing DataUploads: %w", err)
+		}
+		if len(list.Items) != 1 {
+			return src, false, nil
+		}
+		du := &list.Items[0]
+		m.Kind, m.Name, m.Phase = "DataUpload", du.Name, string(du.Status.Phase)
+		m.Node, m.AcceptedBy = du.Status.Node, du.Status.AcceptedByNode
+		src.namespace, src.location = du.Spec.SourceNamespace, du.Spec.BackupStorageLocation
+		m.Cancel = du.Spec.Cancel
+		if t := du.Status.AcceptedTimestamp; t != nil {
+			m.AcceptedAt = t.Time
+		}
+		if du.Spec.CSISnapshot != nil {
+			src.snapshot = du.Spec.CSISnapshot.VolumeSnapshot
+		}
+	case itemopsv1alpha1.DataDownloadPlugin:
+		list := &velerov2alpha1.DataDownloadList{}
+		if err := g.Reader.List(ctx, list, client.InNamespace(m.Namespace), selector); err != nil {
+			return src, false, fmt.Errorf("listing DataDownloads: %w", err)
+		}
+		if len(list.Items) != 1 {
+			return src, false, nil
+		}
+		dd := &list.Items[0]
+		m.Kind, m.Name, m.Phase = "DataDownload", dd.Name, string(dd.Status.Phase)
+		m.Node, m.AcceptedBy = dd.Status.Node, dd.Status.AcceptedByNode
+		src.namespace, src.location = dd.Spec.SourceNamespace, dd.Spec.BackupStorageLocation
+		m.Cancel = dd.Spec.Cancel
+		if t := dd.Status.AcceptedTimestamp; t != nil {
+			m.AcceptedAt = t.Time
+		}
+	default:
+		return src, false, nil
+	}
+	return src, true, nil
+}
+
+// podVolume reads the PodVolumeBackup or PodVolumeRestore a mirror
+// follows into m. node-agent on the node of the pod whose volume moves
+// accepts it (a PodVolumeBackup names that node; a PodVolumeRestore's is
+// the node that accepted it), exposes a pod of its name in Velero's
+// namespace on that node, and moves the data through the repository of
+// its uploader.
+func (g *Gatherer) podVolume(ctx context.Context, op *itemopsv1alpha1.ItemOperation, m *Movement) (source, bool, error) {
+	mirror := op.Spec.Mirror
+	key := client.ObjectKey{Namespace: m.Namespace, Name: mirror.Name}
+	var src source
+	var obj client.Object
+	switch mirror.Kind {
+	case itemopsv1alpha1.MirrorKindPodVolumeBackup:
+		pvb := &velerov1api.PodVolumeBackup{}
+		obj = pvb
+		if err := g.Reader.Get(ctx, key, pvb); err != nil {
+			return src, false, client.IgnoreNotFound(err)
+		}
+		m.Phase, m.Node, m.AcceptedBy, m.Cancel = string(pvb.Status.Phase), pvb.Spec.Node, pvb.Spec.Node, pvb.Spec.Cancel
+		src = source{namespace: pvb.Spec.Pod.Namespace, location: pvb.Spec.BackupStorageLocation, repository: pvb.Spec.UploaderType}
+		if t := pvb.Status.AcceptedTimestamp; t != nil {
+			m.AcceptedAt = t.Time
+		}
+	case itemopsv1alpha1.MirrorKindPodVolumeRestore:
+		pvr := &velerov1api.PodVolumeRestore{}
+		obj = pvr
+		if err := g.Reader.Get(ctx, key, pvr); err != nil {
+			return src, false, client.IgnoreNotFound(err)
+		}
+		m.Phase, m.Node, m.AcceptedBy, m.Cancel = string(pvr.Status.Phase), pvr.Status.Node, pvr.Status.Node, pvr.Spec.Cancel
+		// The repository is the backed-up namespace's.
+		src = source{namespace: cmpOr(pvr.Spec.SourceNamespace, pvr.Spec.Pod.Namespace), location: pvr.Spec.BackupStorageLocation,
+			repository: pvr.Spec.UploaderType}
+		if t := pvr.Status.AcceptedTimestamp; t != nil {
+			m.AcceptedAt = t.Time
+		}
+	default:
+		return src, false, nil
+	}
+	if string(obj.GetUID()) != mirror.UID {
+		return src, false, nil
+	}
+	m.Kind, m.Name = string(mirror.Kind), mirror.Name
+	src.repository = cmpOr(src.repository, dataMoverRepository)
+	return src, true, nil
 }
 
 // unexposed reads, for an Accepted movement without a pod that nothing may
@@ -317,20 +386,40 @@ func (g *Gatherer) load(ctx context.Context, m *Movement, node string) error {
 			m.Running = append(m.Running, "DataDownload/"+d.Name)
 		}
 	}
+	backups := &velerov1api.PodVolumeBackupList{}
+	if err := g.Reader.List(ctx, backups, client.InNamespace(m.Namespace), running); err != nil {
+		return fmt.Errorf("listing PodVolumeBackups: %w", err)
+	}
+	for i := range backups.Items {
+		if b := &backups.Items[i]; b.Status.Phase == velerov1api.PodVolumeBackupPhaseInProgress && b.Spec.Node == node && b.Name != m.Name {
+			m.Running = append(m.Running, "PodVolumeBackup/"+b.Name)
+		}
+	}
+	restores := &velerov1api.PodVolumeRestoreList{}
+	if err := g.Reader.List(ctx, restores, client.InNamespace(m.Namespace), running); err != nil {
+		return fmt.Errorf("listing PodVolumeRestores: %w", err)
+	}
+	for i := range restores.Items {
+		if r := &restores.Items[i]; r.Status.Phase == velerov1api.PodVolumeRestorePhaseInProgress && r.Status.Node == node && r.Name != m.Name {
+			m.Running = append(m.Running, "PodVolumeRestore/"+r.Name)
+		}
+	}
 	return nil
 }
 
-// repositoryType is the repository Velero's data mover moves data through.
-const repositoryType = "kopia"
+// dataMoverRepository is the repository type Velero's data mover moves
+// data through, and a file-system backup's when it names none.
+const dataMoverRepository = "kopia"
 
-// repository reads the BackupRepository of the movement's namespace and
-// location, as Velero's repository ensurer finds it: by its labels.
-func (g *Gatherer) repository(ctx context.Context, m *Movement, volumeNS, location string) error {
+// repository reads the BackupRepository of the movement's namespace,
+// location and repository type, as Velero's repository ensurer finds it:
+// by its labels.
+func (g *Gatherer) repository(ctx context.Context, m *Movement, volumeNS, location, repoType string) error {
 	list := &velerov1api.BackupRepositoryList{}
 	if err := g.Reader.List(ctx, list, client.InNamespace(m.Namespace), client.MatchingLabels{
 		velerov1api.VolumeNamespaceLabel: label.GetValidName(volumeNS),
 		velerov1api.StorageLocationLabel: label.GetValidName(location),
-		velerov1api.RepositoryTypeLabel:  repositoryType,
+		velerov1api.RepositoryTypeLabel:  repoType,
 	}); err != nil {
 		return fmt.Errorf("listing BackupRepositories: %w", err)
 	}

@@ -39,8 +39,8 @@ func AddToScheme(s *runtime.Scheme) error {
 	return nil
 }
 
-// The cache's field indexes the gatherer reads DataUploads and
-// DataDownloads through: however many Velero keeps (until their Backup or
+// The cache's field indexes the gatherer reads DataUploads, DataDownloads,
+// PodVolumeBackups and PodVolumeRestores through: however many Velero keeps (until their Backup or
 // Restore is deleted), a poll reads only the one of its operation and those
 // running on one node.
 const (
@@ -79,6 +79,20 @@ func Indexes() []Index {
 		{&velerov2alpha1.DataDownload{}, IndexRunningOn, func(o client.Object) []string {
 			if dd := o.(*velerov2alpha1.DataDownload); dd.Status.Phase == velerov2alpha1.DataDownloadPhaseInProgress && dd.Status.Node != "" {
 				return []string{dd.Status.Node}
+			}
+			return nil
+		}},
+		// File-system backups and restores hold the same data paths of
+		// node-agent as the data mover's movements.
+		{&velerov1api.PodVolumeBackup{}, IndexRunningOn, func(o client.Object) []string {
+			if pvb := o.(*velerov1api.PodVolumeBackup); pvb.Status.Phase == velerov1api.PodVolumeBackupPhaseInProgress && pvb.Spec.Node != "" {
+				return []string{pvb.Spec.Node}
+			}
+			return nil
+		}},
+		{&velerov1api.PodVolumeRestore{}, IndexRunningOn, func(o client.Object) []string {
+			if pvr := o.(*velerov1api.PodVolumeRestore); pvr.Status.Phase == velerov1api.PodVolumeRestorePhaseInProgress && pvr.Status.Node != "" {
+				return []string{pvr.Status.Node}
 			}
 			return nil
 		}},

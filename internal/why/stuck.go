@@ -249,8 +249,8 @@ func NotRunning(s *Server, still time.Time) *Cause {
 
 // NotMoving is the cause of an operation whose progress has not moved
 // since a time and that nothing checked explains: it says what was
-// checked, and what the plugin says.
-func NotMoving(plugin, description string, since time.Time, checked []string) Cause {
+// checked, and what its runner says.
+func NotMoving(runner Runner, description string, since time.Time, checked []string) Cause {
 	c := Cause{
 		Reason:   itemopsv1alpha1.WaitingNotMoving,
 		Evidence: "no progress since " + stamp(since),
@@ -258,21 +258,29 @@ func NotMoving(plugin, description string, since time.Time, checked []string) Ca
 	if len(checked) > 0 {
 		c.Evidence += "; checked: " + strings.Join(checked, ", ")
 	} else {
-		c.Evidence += "; checked: the plugin's progress"
+		c.Evidence += "; checked: " + runner.Progress()
 	}
 	if description != "" {
-		c.Evidence += "; the plugin says: " + description
+		c.Evidence += "; " + runner.says() + ": " + description
 	}
-	c.Action = fmt.Sprintf("Nothing itemops reads holds it; the plugin %s runs it: look at what it does (its log, the objects it works on). "+
-		"itemops marks it Stalled if it stays so for the stall period", plugin)
+	c.Action = fmt.Sprintf("Nothing itemops reads holds it; %s runs it: look at what it does (its log, the objects it works on). "+
+		"itemops marks it Stalled if it stays so for the stall period", runner.who())
 	return c
 }
 
-// CancelRequested is the cause of an operation of any plugin whose cancel
-// was requested at since and that has not ended: who records its end.
-// reported is what the plugin said of its end, when it did and Velero has
-// not recorded it yet.
-func CancelRequested(plugin string, since time.Time, veleroRecords bool, reported string) Cause {
+// CancelRequested is the cause of an operation whose cancel was requested
+// at since and that has not ended: who records its end. reported is what
+// the plugin said of its end, when it did and Velero has not recorded it
+// yet.
+func CancelRequested(runner Runner, since time.Time, veleroRecords bool, reported string) Cause {
+	if runner.Mirror {
+		return Cause{
+			Reason:   itemopsv1alpha1.WaitingCancelPending,
+			Evidence: fmt.Sprintf("itemops set spec.cancel of %s at %s, and it has not ended", runner.Name, stamp(since)),
+			Action:   "The cancel is a request: it ends as node-agent ends " + runner.Name,
+		}
+	}
+	plugin := runner.Name
 	who := fmt.Sprintf("it ends when the plugin %s reports it ended", plugin)
 	if veleroRecords {
 		who = fmt.Sprintf("it ends as Velero records it, once the plugin %s reports it ended; Velero polls each operation at its "+
