@@ -113,6 +113,9 @@ var (
 // pluginLabel is the plugin label of a plugin: its name, or OtherPlugin
 // once MaxPlugins names have series.
 func pluginLabel(kind itemopsv1alpha1.PluginKind, plugin string) string {
+	if isMirror(kind, plugin) {
+		return plugin // one of two, not a name from a file
+	}
 	k := pluginKey{string(kind), plugin}
 	pluginNamesMu.Lock()
 	defer pluginNamesMu.Unlock()
@@ -124,6 +127,26 @@ func pluginLabel(kind itemopsv1alpha1.PluginKind, plugin string) string {
 	}
 	pluginNames[k] = true
 	return plugin
+}
+
+// MirrorPlugin is the plugin label of the mirrors of file-system backups
+// and restores, whose plugin_kind is PodVolumeBackup or PodVolumeRestore:
+// no plugin moves their data, node-agent does.
+const MirrorPlugin = "node-agent"
+
+// isMirror reports whether kind and plugin are the labels of mirrors.
+func isMirror(kind itemopsv1alpha1.PluginKind, plugin string) bool {
+	return plugin == MirrorPlugin && (kind == itemopsv1alpha1.PluginKind(itemopsv1alpha1.MirrorKindPodVolumeBackup) ||
+		kind == itemopsv1alpha1.PluginKind(itemopsv1alpha1.MirrorKindPodVolumeRestore))
+}
+
+// moverLabels are the plugin_kind and plugin labels of op: its plugin's,
+// or for a mirror the kind it follows and MirrorPlugin.
+func moverLabels(op *itemopsv1alpha1.ItemOperation) (itemopsv1alpha1.PluginKind, string) {
+	if op.IsMirror() {
+		return itemopsv1alpha1.PluginKind(op.Spec.Mirror.Kind), MirrorPlugin
+	}
+	return op.Spec.Plugin.Kind, pluginLabel(op.Spec.Plugin.Kind, op.Spec.Plugin.Name)
 }
 
 // Plugin starts at zero the series of a plugin that alerts compare over
@@ -138,9 +161,12 @@ func Plugin(kind itemopsv1alpha1.PluginKind, plugin string) {
 	if _, done := started.LoadOrStore(pluginKey{string(kind), plugin}, true); done {
 		return
 	}
+	mirror := isMirror(kind, plugin)
 	for _, result := range []string{ResultOK, ResultOperationFailed, ResultPluginError, ResultInvalidOperation,
 		ResultNotSupported, ResultPluginNotFound, ResultTransport, ResultLocation, ResultBinaryChanged} {
-		progressCalls.WithLabelValues(string(kind), plugin, result)
+		if !mirror { // a mirror is read, never called
+			progressCalls.WithLabelValues(string(kind), plugin, result)
+		}
 	}
 	for _, phase := range []itemopsv1alpha1.OperationPhase{itemopsv1alpha1.OperationPhaseCompleted,
 		itemopsv1alpha1.OperationPhaseFailed, itemopsv1alpha1.OperationPhaseCanceled} {
@@ -195,10 +221,10 @@ func OperationFinished(op *itemopsv1alpha1.ItemOperation) {
 	if op.Status.Created == nil || op.Status.CompletionTimestamp == nil {
 		return
 	}
-	plugin := pluginLabel(op.Spec.Plugin.Kind, op.Spec.Plugin.Name)
-	Plugin(op.Spec.Plugin.Kind, plugin)
+	kind, plugin := moverLabels(op)
+	Plugin(kind, plugin)
 	took := op.Status.CompletionTimestamp.Sub(op.Status.Created.Time)
-	operationDuration.WithLabelValues(string(op.Spec.Plugin.Kind), plugin, string(op.Status.Phase)).
+	operationDuration.WithLabelValues(string(kind), plugin, string(op.Status.Phase)).
 		Observe(max(took, 0).Seconds())
 }
 
@@ -261,6 +287,12 @@ var (
 		itemopsv1alpha1.WaitingNodeAgentBusy, itemopsv1alpha1.WaitingRepositoryNotReady, itemopsv1alpha1.WaitingPodGone,
 		itemopsv1alpha1.WaitingNodeAgentRestarted, itemopsv1alpha1.WaitingLocationUnavailable,
 	}, pluginCauses...)
+	// A file-system backup or restore exposes no snapshot and no volume.
+	mirrorCauses = append([]string{
+		itemopsv1alpha1.WaitingPodUnschedulable, itemopsv1alpha1.WaitingPodNotRunning, itemopsv1alpha1.WaitingNoNodeAgent,
+		itemopsv1alpha1.WaitingNodeAgentBusy, itemopsv1alpha1.WaitingRepositoryNotReady, itemopsv1alpha1.WaitingPodGone,
+		itemopsv1alpha1.WaitingNodeAgentRestarted, itemopsv1alpha1.WaitingLocationUnavailable,
+	}, pluginCauses...)
 )
 
 type phaseKey struct {
@@ -290,7 +322,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	total := map[pluginKey]float64{}
 	for i := range list.Items {
 		op := &list.Items[i]
-		pk := pluginKey{string(op.Spec.Plugin.Kind), pluginLabel(op.Spec.Plugin.Kind, op.Spec.Plugin.Name)}
+		kind, plugin := moverLabels(op)
+		pk := pluginKey{string(kind), plugin}
 		phase := string(op.Status.Phase)
 		if phase == "" {
 			phase = string(itemopsv1alpha1.OperationPhaseNew)
@@ -300,8 +333,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		// all have ended: a dashboard then shows 0, not "no data".
 		stalled[pk] += 0
 		causes := pluginCauses
-		if op.IsDataMover() {
+		switch {
+		case op.IsDataMover():
 			causes = dataMoverCauses
+		case op.IsMirror():
+			causes = mirrorCauses
 		}
 		for _, cause := range causes {
 			waiting[causeKey{pk, cause}] += 0

@@ -279,3 +279,58 @@ func TestPluginNamesAreBounded(t *testing.T) {
 	ProgressCall(kind, "example.io/bounded-0", ResultOK, time.Millisecond)
 	g.Expect(testutil.ToFloat64(progressCalls.WithLabelValues(string(kind), "example.io/bounded-0", ResultOK))).To(Equal(1.0))
 }
+
+// A mirror of a file-system backup has the series of its kind, moved by
+// node-agent: the causes that apply to it (no snapshot, no exposed volume),
+// its bytes, its stall; no Progress call series, as none is made.
+func TestMirrorsHaveTheSeriesOfTheirKind(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := itemopsv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	mirror := func(name string, status itemopsv1alpha1.ItemOperationStatus) *itemopsv1alpha1.ItemOperation {
+		op := operation(name, "velero", "", "", status)
+		op.Spec.Plugin = itemopsv1alpha1.PluginReference{}
+		op.Spec.Mirror = &itemopsv1alpha1.MirrorReference{Kind: itemopsv1alpha1.MirrorKindPodVolumeBackup, Name: name, UID: "u-" + name}
+		return op
+	}
+	stalled := []metav1.Condition{{Type: itemopsv1alpha1.ConditionStalled, Status: metav1.ConditionTrue, Reason: "NoProgress"},
+		{Type: itemopsv1alpha1.ConditionWaiting, Status: metav1.ConditionTrue, Reason: itemopsv1alpha1.WaitingNodeAgentBusy}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		mirror("pvb-1", itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseInProgress, NCompleted: 10, NTotal: 40, OperationUnits: "bytes", Conditions: stalled}),
+		mirror("pvb-2", itemopsv1alpha1.ItemOperationStatus{Phase: itemopsv1alpha1.OperationPhaseCompleted, NCompleted: 5, NTotal: 5, OperationUnits: "bytes"}),
+	).Build()
+	want := `
+# HELP itemops_operations_stalled Unfinished ItemOperations whose progress has not moved for the stall period (condition Stalled=True), by plugin.
+# TYPE itemops_operations_stalled gauge
+itemops_operations_stalled{plugin="node-agent",plugin_kind="PodVolumeBackup"} 1
+# HELP itemops_operations_waiting Unfinished ItemOperations waiting on a cause (condition Waiting=True), by plugin and cause (its reason).
+# TYPE itemops_operations_waiting gauge
+itemops_operations_waiting{cause="PodUnschedulable",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
+itemops_operations_waiting{cause="PodNotRunning",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
+itemops_operations_waiting{cause="NoNodeAgent",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
+itemops_operations_waiting{cause="NodeAgentBusy",plugin="node-agent",plugin_kind="PodVolumeBackup"} 1
+itemops_operations_waiting{cause="RepositoryNotReady",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
+itemops_operations_waiting{cause="PodGone",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
+itemops_operations_waiting{cause="NodeAgentRestarted",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
+itemops_operations_waiting{cause="LocationUnavailable",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
+itemops_operations_waiting{cause="NoProgress",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
+itemops_operations_waiting{cause="NotMoving",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
+itemops_operations_waiting{cause="VeleroNotRunning",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
+itemops_operations_waiting{cause="CancelPending",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
+# HELP itemops_operation_bytes_done Bytes moved so far by unfinished operations that count in bytes, by plugin.
+# TYPE itemops_operation_bytes_done gauge
+itemops_operation_bytes_done{plugin="node-agent",plugin_kind="PodVolumeBackup"} 10
+`
+	if err := testutil.CollectAndCompare(&stateCollector{reader: c, namespace: "velero"}, strings.NewReader(want),
+		"itemops_operations_stalled", "itemops_operations_waiting", "itemops_operation_bytes_done"); err != nil {
+		t.Fatal(err)
+	}
+	Plugin(itemopsv1alpha1.PluginKind(itemopsv1alpha1.MirrorKindPodVolumeBackup), MirrorPlugin)
+	if got := seriesWith(t, progressCalls, map[string]string{"plugin": MirrorPlugin}); got != 0 {
+		t.Errorf("%d Progress call series of file-system backups, which are never called, want 0", got)
+	}
+	if got := seriesWith(t, operationDuration, map[string]string{"plugin": MirrorPlugin, "result": "Failed"}); got != 1 {
+		t.Errorf("%d duration series of failed file-system backups, want 1 (at zero)", got)
+	}
+}
