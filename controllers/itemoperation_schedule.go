@@ -103,7 +103,7 @@ func (r *ItemOperationReconciler) leadFor(op *itemopsv1alpha1.ItemOperation, ste
 	if r.Lateness == nil || steps >= len(leadSteps) {
 		return 0
 	}
-	return r.Lateness.Lead(moverKey(op), leadSteps[steps])
+	return r.Lateness.Lead(op.Mover(), leadSteps[steps])
 }
 
 // learnLateness records, for an operation that just completed, how much
@@ -115,7 +115,7 @@ func (r *ItemOperationReconciler) learnLateness(op *itemopsv1alpha1.ItemOperatio
 		s.Updated == nil || s.Started == nil || !s.Updated.After(s.Started.Time) || s.Updated.After(now) {
 		return
 	}
-	r.Lateness.Add(moverKey(op), last.predicted.Sub(s.Updated.Time))
+	r.Lateness.Add(op.Mover(), last.predicted.Sub(s.Updated.Time))
 }
 
 // maxRetryInterval bounds the backoff between failing polls.

@@ -132,10 +132,10 @@ func (r *ItemOperationReconciler) dataMoverCause(ctx context.Context, op *itemop
 	defer cancel()
 	found, err := r.Causes.Cause(ctx, op, when)
 	if err == nil {
-		r.causeErrors.forget(moverKey(op))
+		r.causeErrors.forget(op.Mover())
 		return found.Cause, found.Checked
 	}
-	if r.causeErrors.first(moverKey(op), err) {
+	if r.causeErrors.first(op.Mover(), err) {
 		ctrl.LoggerFrom(ctx).Error(err, "reading why the data movement waits (logged once until the error changes)")
 	}
 	if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionWaiting); c != nil && c.Status == metav1.ConditionTrue {
@@ -258,12 +258,3 @@ func (r *ItemOperationReconciler) waitEvent(original, op *itemopsv1alpha1.ItemOp
 	}
 }
 
-// moverKey names what moves op's data where something is kept per plugin
-// (lateness, the last error of finding causes): the plugin's name, or the
-// kind a mirror follows.
-func moverKey(op *itemopsv1alpha1.ItemOperation) string {
-	if op.IsMirror() {
-		return string(op.Spec.Mirror.Kind)
-	}
-	return op.Spec.Plugin.Name
-}

@@ -31,6 +31,15 @@ func (o *ItemOperation) MoverKind() string {
 	return string(o.Spec.Plugin.Kind)
 }
 
+// Mover is what moves the operation's data, where operations are grouped
+// by it: the plugin's registered name, or the kind a mirror follows.
+func (o *ItemOperation) Mover() string {
+	if o.Spec.Mirror != nil {
+		return string(o.Spec.Mirror.Kind)
+	}
+	return o.Spec.Plugin.Name
+}
+
 // MoverName names what moves the operation's data, for people: the
 // plugin's registered name, or the kind and name of the Velero object a
 // mirror follows (PodVolumeBackup/NAME).

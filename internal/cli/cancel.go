@@ -103,10 +103,11 @@ func requestCancel(ctx context.Context, c client.Client, p view.Parent, ids []st
 		var chosen []itemopsv1alpha1.ItemOperation
 		for _, id := range ids {
 			i := slices.IndexFunc(ops, func(op itemopsv1alpha1.ItemOperation) bool {
-				return op.Spec.OperationID == id || op.Name == id
+				return op.Name == id || (op.Spec.OperationID != "" && op.Spec.OperationID == id) ||
+					(op.Spec.Mirror != nil && op.Spec.Mirror.Name == id)
 			})
 			if i < 0 {
-				return nil, fmt.Errorf("%s has no operation %q (by operation ID or ItemOperation name); nothing was canceled", p, id)
+				return nil, fmt.Errorf("%s has no operation %q (by operation ID, ItemOperation name or the name of the PodVolumeBackup or PodVolumeRestore it mirrors); nothing was canceled", p, id)
 			}
 			chosen = append(chosen, ops[i])
 		}
@@ -153,6 +154,9 @@ func describe(op *itemopsv1alpha1.ItemOperation) string {
 	item := op.Spec.Resource.Name
 	if op.Spec.Resource.Namespace != "" {
 		item = op.Spec.Resource.Namespace + "/" + item
+	}
+	if op.IsMirror() {
+		return fmt.Sprintf("itemoperation/%s (%s, %s)", op.Name, view.Printable(view.ItemOf(op)), view.Printable(op.MoverName()))
 	}
 	return fmt.Sprintf("itemoperation/%s (%s, %s, operation %s)", op.Name, view.Printable(item), view.Printable(op.Spec.Plugin.Name), view.Printable(op.Spec.OperationID))
 }

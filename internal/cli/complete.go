@@ -104,11 +104,15 @@ func (o *options) completeOperation(cmd *cobra.Command, args []string, toComplet
 	}
 	var ids []cobra.Completion
 	for _, op := range s.Operations {
-		if op.Status.Phase.IsTerminal() || !strings.HasPrefix(op.Spec.OperationID, toComplete) {
+		// A mirror by the name of the object it follows.
+		id := op.Spec.OperationID
+		if op.IsMirror() {
+			id = op.Spec.Mirror.Name
+		}
+		if op.Status.Phase.IsTerminal() || !strings.HasPrefix(id, toComplete) {
 			continue
 		}
-		ids = append(ids, cobra.CompletionWithDesc(op.Spec.OperationID,
-			view.Printable(op.Spec.Resource.Namespace+"/"+op.Spec.Resource.Name+" "+op.Spec.Plugin.Name)))
+		ids = append(ids, cobra.CompletionWithDesc(id, view.Printable(view.ItemOf(&op)+" "+op.MoverName())))
 	}
 	return ids, cobra.ShellCompDirectiveNoFileComp
 }

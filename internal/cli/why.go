@@ -214,7 +214,7 @@ func explainQueued(w io.Writer, s view.Snapshot, queue []velerov1api.Backup) {
 // phase, progress and rate.
 func operationHeading(op *itemopsv1alpha1.ItemOperation) string {
 	st := op.Status
-	parts := []string{fmt.Sprintf("%s (%s, %s)", op.Name, view.Printable(view.ItemOf(op)), view.Printable(op.Spec.Plugin.Name)),
+	parts := []string{fmt.Sprintf("%s (%s, %s)", op.Name, view.Printable(view.ItemOf(op)), view.Printable(op.MoverName())),
 		string(cmp.Or(st.Phase, itemopsv1alpha1.OperationPhaseNew))}
 	if st.Progress != "" {
 		parts = append(parts, view.Printable(st.Progress))

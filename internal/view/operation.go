@@ -103,7 +103,7 @@ func row(op *itemopsv1alpha1.ItemOperation) Operation {
 		phase = itemopsv1alpha1.OperationPhaseNew
 	}
 	// What plugins and the bucket wrote is made safe for a terminal.
-	o := Operation{Name: op.Name, ID: Printable(op.Spec.OperationID), Item: Printable(ItemOf(op)), Plugin: Printable(op.Spec.Plugin.Name),
+	o := Operation{Name: op.Name, ID: Printable(op.Spec.OperationID), Item: Printable(ItemOf(op)), Plugin: Printable(op.MoverName()),
 		Phase: phase, Done: st.NCompleted, Total: st.NTotal, Units: Printable(st.OperationUnits), Error: Printable(st.Error),
 		CancelRequested: op.Spec.Cancel || st.Phase == itemopsv1alpha1.OperationPhaseCanceling}
 	if !phase.IsTerminal() {

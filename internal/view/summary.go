@@ -90,7 +90,7 @@ func ownedBy(p Parent, uid types.UID, ops []itemopsv1alpha1.ItemOperation) []ite
 		}
 	}
 	slices.SortFunc(owned, func(a, b itemopsv1alpha1.ItemOperation) int {
-		return cmp.Or(cmp.Compare(ItemOf(&a), ItemOf(&b)), cmp.Compare(a.Spec.Plugin.Name, b.Spec.Plugin.Name), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(ItemOf(&a), ItemOf(&b)), cmp.Compare(a.MoverName(), b.MoverName()), cmp.Compare(a.Name, b.Name))
 	})
 	return owned
 }
@@ -147,7 +147,8 @@ type Summary struct {
 	Fraction float64
 	// ETA is the latest estimated completion of an unfinished operation.
 	ETA time.Time
-	// Plugins are the plugins that started the operations, sorted.
+	// Plugins are the plugins that started the operations, and the kinds
+	// of the Velero objects mirrors follow (PodVolumeBackup), sorted.
 	Plugins []string
 	// NotDurable are the PersistentVolumes, sorted, whose native volume
 	// snapshot ended Failed or Canceled: a restore cannot use them.
@@ -175,7 +176,7 @@ func Summarize(s Snapshot) Summary {
 	for i := range s.Operations {
 		op := &s.Operations[i]
 		st := op.Status
-		plugins[Printable(op.Spec.Plugin.Name)] = true
+		plugins[Printable(op.Mover())] = true
 		began := st.Created
 		if st.Started != nil {
 			began = st.Started
@@ -306,10 +307,15 @@ func stalled(op *itemopsv1alpha1.ItemOperation) bool {
 
 // ItemOf is the operation's object as namespace/name.
 func ItemOf(op *itemopsv1alpha1.ItemOperation) string {
-	if op.Spec.Resource.Namespace == "" {
-		return op.Spec.Resource.Name
+	item := op.Spec.Resource.Name
+	if op.Spec.Resource.Namespace != "" {
+		item = op.Spec.Resource.Namespace + "/" + item
 	}
-	return op.Spec.Resource.Namespace + "/" + op.Spec.Resource.Name
+	if op.Spec.Mirror != nil && op.Spec.Mirror.Volume != "" {
+		// A pod's volume, as Velero names it: pod:volume.
+		item += ":" + op.Spec.Mirror.Volume
+	}
+	return item
 }
 
 // Exit codes of a watch, by how the parent ended.
