@@ -74,6 +74,14 @@ func newOperation() *itemopsv1alpha1.ItemOperation {
 	}
 }
 
+// mirrorOf makes op the mirror of a movement of kind: no plugin, no
+// operation ID, no post-operation items.
+func mirrorOf(op *itemopsv1alpha1.ItemOperation, kind itemopsv1alpha1.MirrorKind) {
+	op.Spec.Plugin, op.Spec.OperationID, op.Spec.PostOperationItems = itemopsv1alpha1.PluginReference{}, "", nil
+	op.Spec.Mirror = &itemopsv1alpha1.MirrorReference{Kind: kind, Name: op.Spec.Parent.Name + "-x7k2p", UID: "9b1e0c1a-5d0e-4a3b-8f8e-2b9c1d7e6f00", Volume: "data"}
+	op.Spec.Resource = itemopsv1alpha1.ResourceIdentifier{Resource: "pods", Namespace: "shop", Name: "postgres-0"}
+}
+
 func toUnstructured(t testing.TB, op *itemopsv1alpha1.ItemOperation) *unstructured.Unstructured {
 	t.Helper()
 	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(op)
@@ -131,6 +139,33 @@ var _ = Describe("The ItemOperation CRD", func() {
 		g.Expect(got.Status).To(Equal(op.Status))
 	})
 
+	It("a mirror of each kind is accepted with its parent kind, and stays a mirror", func() {
+		g := NewWithT(GinkgoT())
+		ctx := context.Background()
+		for kind, parent := range map[itemopsv1alpha1.MirrorKind]itemopsv1alpha1.ParentKind{
+			itemopsv1alpha1.MirrorKindPodVolumeBackup: itemopsv1alpha1.ParentKindBackup, itemopsv1alpha1.MirrorKindPodVolumeRestore: itemopsv1alpha1.ParentKindRestore,
+		} {
+			op := newOperation()
+			op.Spec.Parent.Kind = parent
+			mirrorOf(op, kind)
+			g.Expect(env.Client.Create(ctx, op)).To(Succeed(), "a %s's mirror", kind)
+			got := &itemopsv1alpha1.ItemOperation{}
+			g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(op), got)).To(Succeed())
+			g.Expect(got.Spec).To(Equal(op.Spec))
+
+			plugin := got.DeepCopy()
+			plugin.Spec.Mirror, plugin.Spec.OperationID = nil, "du-1"
+			plugin.Spec.Plugin = itemopsv1alpha1.PluginReference{Kind: itemopsv1alpha1.PluginKindBackupItemAction, Name: "velero.io/csi-pvc-backupper"}
+			expectInvalid(g, env.Client.Update(ctx, plugin), "plugin, mirror and operationID are immutable")
+			other := got.DeepCopy()
+			other.Spec.Mirror.Name += "-other"
+			expectInvalid(g, env.Client.Update(ctx, other), "mirror is immutable")
+			canceled := got.DeepCopy()
+			canceled.Spec.Cancel = true
+			g.Expect(env.Client.Update(ctx, canceled)).To(Succeed(), "a mirror's cancel is requested as any other's")
+		}
+	})
+
 	Describe("every plugin kind is accepted with its parent kind", func() {
 		cases := []struct {
 			plugin itemopsv1alpha1.PluginKind
@@ -176,7 +211,7 @@ var _ = Describe("The ItemOperation CRD", func() {
 			{"plugin name with an empty name part", func(op *itemopsv1alpha1.ItemOperation) { op.Spec.Plugin.Name = "velero.io/" },
 				[]string{"spec.plugin.name", "must be a registered Velero plugin name"}},
 			{"empty operation ID", func(op *itemopsv1alpha1.ItemOperation) { op.Spec.OperationID = "" },
-				[]string{"spec.operationID", "at least 1 chars long"}},
+				[]string{"spec.operationID", "operationID is required for, and only for, a plugin's operation"}},
 			{"empty parent name", func(op *itemopsv1alpha1.ItemOperation) { op.Spec.Parent.Name = "" },
 				[]string{"spec.parent.name", "at least 1 chars long"}},
 			{"empty parent UID", func(op *itemopsv1alpha1.ItemOperation) { op.Spec.Parent.UID = "" },
@@ -199,6 +234,22 @@ var _ = Describe("The ItemOperation CRD", func() {
 			}, []string{"spec.snapshotLocation", "snapshotLocation is required for, and only for, VolumeSnapshotter operations"}},
 			{"snapshot location on an item action", func(op *itemopsv1alpha1.ItemOperation) { op.Spec.SnapshotLocation = "default" },
 				[]string{"spec.snapshotLocation", "snapshotLocation is required for, and only for, VolumeSnapshotter operations"}},
+			{"a plugin's operation that also mirrors", func(op *itemopsv1alpha1.ItemOperation) {
+				op.Spec.Mirror = &itemopsv1alpha1.MirrorReference{Kind: itemopsv1alpha1.MirrorKindPodVolumeBackup, Name: "nightly-abcde", UID: "u"}
+			}, []string{"not both"}},
+			{"a mirror with an operation ID", func(op *itemopsv1alpha1.ItemOperation) {
+				op.Spec.Plugin = itemopsv1alpha1.PluginReference{}
+				op.Spec.Mirror = &itemopsv1alpha1.MirrorReference{Kind: itemopsv1alpha1.MirrorKindPodVolumeBackup, Name: "nightly-abcde", UID: "u"}
+			}, []string{"spec.operationID", "operationID is required for, and only for, a plugin's operation"}},
+			{"a PodVolumeRestore's mirror on a backup", func(op *itemopsv1alpha1.ItemOperation) {
+				mirrorOf(op, itemopsv1alpha1.MirrorKindPodVolumeRestore)
+			}, []string{"spec.parent.kind", "a PodVolumeRestore belongs to a Restore"}},
+			{"a mirror of an unknown kind", func(op *itemopsv1alpha1.ItemOperation) { mirrorOf(op, "DataUpload") },
+				[]string{"spec.mirror.kind", "Unsupported value"}},
+			{"a mirror without the object's UID", func(op *itemopsv1alpha1.ItemOperation) {
+				mirrorOf(op, itemopsv1alpha1.MirrorKindPodVolumeBackup)
+				op.Spec.Mirror.UID = ""
+			}, []string{"spec.mirror.uid", "at least 1 chars long"}},
 			{"zero timeout", func(op *itemopsv1alpha1.ItemOperation) { op.Spec.Timeout = &metav1.Duration{} },
 				[]string{"spec.timeout", "timeout must be a positive duration"}},
 			{"negative timeout", func(op *itemopsv1alpha1.ItemOperation) {
@@ -225,8 +276,8 @@ var _ = Describe("The ItemOperation CRD", func() {
 		}{
 			{[]string{"spec"}, "spec: Required value"},
 			{[]string{"spec", "parent"}, "spec.parent: Required value"},
-			{[]string{"spec", "plugin"}, "spec.plugin: Required value"},
-			{[]string{"spec", "operationID"}, "spec.operationID: Required value"},
+			{[]string{"spec", "plugin"}, "an ItemOperation names either the plugin that started the operation (plugin) or the Velero object it mirrors (mirror)"},
+			{[]string{"spec", "operationID"}, "operationID is required for, and only for, a plugin's operation"},
 			{[]string{"spec", "resource"}, "spec.resource: Required value"},
 			{[]string{"spec", "parent", "kind"}, "spec.parent.kind: Required value"},
 			{[]string{"spec", "parent", "name"}, "spec.parent.name: Required value"},
@@ -389,6 +440,10 @@ var _ = Describe("The ItemOperation CRD", func() {
 		op := newOperation()
 		op.Labels = map[string]string{"test": "columns"}
 		g.Expect(env.Client.Create(ctx, op)).To(Succeed())
+		mirror := newOperation()
+		mirror.Labels = map[string]string{"test": "columns"}
+		mirrorOf(mirror, itemopsv1alpha1.MirrorKindPodVolumeBackup)
+		g.Expect(env.Client.Create(ctx, mirror)).To(Succeed())
 		eta := metav1.NewTime(time.Date(2026, 11, 22, 21, 4, 5, 0, time.UTC))
 		started := metav1.NewTime(time.Now().Add(-10*time.Minute - 30*time.Second))
 		op.Status = itemopsv1alpha1.ItemOperationStatus{
@@ -424,23 +479,32 @@ var _ = Describe("The ItemOperation CRD", func() {
 			columns = append(columns, column{c.Name, c.Priority})
 		}
 		g.Expect(columns).To(Equal([]column{
-			{"Name", 0}, {"Parent", 0}, {"Plugin", 0}, {"Phase", 0}, {"Progress", 0}, {"Age", 0},
+			{"Name", 0}, {"Parent", 0}, {"Plugin", 0}, {"Mirrors", 0}, {"Phase", 0}, {"Progress", 0}, {"Age", 0},
 			{"Waiting For", 1}, {"Elapsed", 1}, {"Rate", 1}, {"ETA", 1}, {"Operation ID", 1},
 		}))
-		g.Expect(table.Rows).To(HaveLen(1))
-		cells := table.Rows[0].Cells
-		g.Expect(cells).To(HaveLen(11))
-		g.Expect(cells[0]).To(Equal(op.Name))
+		g.Expect(table.Rows).To(HaveLen(2))
+		rows := map[string][]any{}
+		for _, r := range table.Rows {
+			rows[r.Cells[0].(string)] = r.Cells
+		}
+		cells := rows[op.Name]
+		g.Expect(cells).To(HaveLen(12))
 		g.Expect(cells[1]).To(Equal("nightly"))
 		g.Expect(cells[2]).To(Equal("velero.io/csi-pvc-backupper"))
-		g.Expect(cells[3]).To(Equal("InProgress"))
-		g.Expect(cells[4]).To(Equal("4.2Gi/10Gi (42%)"))
-		g.Expect(cells[5]).To(MatchRegexp(`^\d+s$`))
-		g.Expect(cells[6]).To(Equal(itemopsv1alpha1.WaitingNodeAgentBusy))
-		g.Expect(cells[7]).To(Equal("10m"))
-		g.Expect(cells[8]).To(Equal("12.5MiB/s"))
-		g.Expect(cells[9]).To(Equal("2026-11-22T21:04:05Z"))
-		g.Expect(cells[10]).To(Equal(op.Spec.OperationID))
+		g.Expect(cells[3]).To(BeNil(), "a plugin's operation mirrors nothing")
+		g.Expect(cells[4]).To(Equal("InProgress"))
+		g.Expect(cells[5]).To(Equal("4.2Gi/10Gi (42%)"))
+		g.Expect(cells[6]).To(MatchRegexp(`^\d+s$`))
+		g.Expect(cells[7]).To(Equal(itemopsv1alpha1.WaitingNodeAgentBusy))
+		g.Expect(cells[8]).To(Equal("10m"))
+		g.Expect(cells[9]).To(Equal("12.5MiB/s"))
+		g.Expect(cells[10]).To(Equal("2026-11-22T21:04:05Z"))
+		g.Expect(cells[11]).To(Equal(op.Spec.OperationID))
+		mirrorCells := rows[mirror.Name]
+		g.Expect(mirrorCells).To(HaveLen(12))
+		g.Expect(mirrorCells[2]).To(BeNil(), "a mirror names no plugin")
+		g.Expect(mirrorCells[3]).To(Equal("PodVolumeBackup"))
+		g.Expect(mirrorCells[11]).To(BeNil(), "a mirror has no operation ID")
 	})
 
 	It("short name and categories", func() {
