@@ -123,7 +123,7 @@ type Summary struct {
 	Created time.Time
 
 	// Total is the number of operations: those known, or as many as Velero
-	// attempted when more.
+	// attempted when more, and the mirrors of its file-system backups.
 	Total     int
 	Completed int
 	// Failed counts Failed and Canceled operations, as Velero counts them.
@@ -162,8 +162,16 @@ type Summary struct {
 // as fully done whatever its counts say, so the whole reaches 1 when every
 // operation has ended.
 func Summarize(s Snapshot) Summary {
+	// Velero's count of attempted operations holds no mirror of a
+	// file-system backup: those come on top.
+	mirrors := 0
+	for i := range s.Operations {
+		if s.Operations[i].IsMirror() {
+			mirrors++
+		}
+	}
 	sum := Summary{Parent: s.Parent, Found: s.Found, UID: s.UID, Phase: s.Phase, Created: s.Created,
-		Total: max(len(s.Operations), s.Attempted), QueuePosition: s.QueuePosition}
+		Total: mirrors + max(len(s.Operations)-mirrors, s.Attempted), QueuePosition: s.QueuePosition}
 	if s.Phase == string(velerov1api.BackupPhaseQueued) && s.Parent.Kind == itemopsv1alpha1.ParentKindBackup {
 		sum.Waiting = map[string]int{string(velerov1api.BackupPhaseQueued): 1}
 	}

@@ -83,6 +83,11 @@ func TestExtrapolate(t *testing.T) {
 }
 
 func TestSummarize(t *testing.T) {
+	mirror := func(op itemopsv1alpha1.ItemOperation) itemopsv1alpha1.ItemOperation {
+		op.Spec.Plugin = itemopsv1alpha1.PluginReference{}
+		op.Spec.Mirror = &itemopsv1alpha1.MirrorReference{Kind: itemopsv1alpha1.MirrorKindPodVolumeBackup, Name: "b-x", UID: "u"}
+		return op
+	}
 	op := func(phase itemopsv1alpha1.OperationPhase, done, total int64, units string) itemopsv1alpha1.ItemOperation {
 		return itemopsv1alpha1.ItemOperation{Spec: itemopsv1alpha1.ItemOperationSpec{Plugin: itemopsv1alpha1.PluginReference{Name: "p/" + units}},
 			Status: itemopsv1alpha1.ItemOperationStatus{Phase: phase, NCompleted: done, NTotal: total, OperationUnits: units}}
@@ -108,6 +113,10 @@ func TestSummarize(t *testing.T) {
 			op(itemopsv1alpha1.OperationPhaseCompleted, 4, 4, "bytes"), op(itemopsv1alpha1.OperationPhaseCanceled, 0, 4, "bytes")},
 			50, "[4/8]", [4]int{4, 1, 1, 0}},
 		{"nothing yet", 3, nil, 0, "[]", [4]int{3, 0, 0, 0}},
+		{"mirrors of file-system backups come on top of Velero's count", 2, []itemopsv1alpha1.ItemOperation{
+			mirror(op(itemopsv1alpha1.OperationPhaseCompleted, 4, 4, "bytes")), mirror(op(itemopsv1alpha1.OperationPhaseInProgress, 0, 4, "bytes")),
+			op(itemopsv1alpha1.OperationPhaseCompleted, 4, 4, "bytes")},
+			50, "[8/12]", [4]int{4, 2, 0, 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)
