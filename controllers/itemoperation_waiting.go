@@ -257,4 +257,3 @@ func (r *ItemOperationReconciler) waitEvent(original, op *itemopsv1alpha1.ItemOp
 		kube.Emit(r.Recorder, op, corev1.EventTypeNormal, EventWaitEnded, fmt.Sprintf("no longer waits on %s", was.Reason))
 	}
 }
-
