@@ -85,7 +85,11 @@ var _ = Describe("File-system backups", func() {
 			}, 10*time.Second).Should(Succeed())
 		}
 
-		first := startManager(t, pluginDir)
+		// As the chart's ServiceAccount: its Role must let itemops read
+		// PodVolumeBackups and set their spec.cancel.
+		identity, err := env.ChartIdentity(ctx, "itemops")
+		g.Expect(err).NotTo(HaveOccurred())
+		first := startManagerAs(t, identity, pluginDir)
 		g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "not-velero"}})).
 			To(Or(Succeed(), MatchError(ContainSubstring("already exists"))))
 		foreign := pvb("not-velero", "web-0")
@@ -102,7 +106,7 @@ var _ = Describe("File-system backups", func() {
 		})
 		two := pvb(envtest.VeleroNamespace, "web-2")
 
-		second := startManager(t, pluginDir)
+		second := startManagerAs(t, identity, pluginDir)
 		g.Eventually(func(g Gomega) []string {
 			var got []string
 			for name, op := range mirrors(g) {

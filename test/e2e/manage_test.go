@@ -57,6 +57,12 @@ func startManager(t testing.TB, pluginDir string, args ...string) *manager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startManagerAs(t, kubeconfig, pluginDir, args...)
+}
+
+// startManagerAs starts the manager with kubeconfig's identity.
+func startManagerAs(t testing.TB, kubeconfig []byte, pluginDir string, args ...string) *manager {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
