@@ -43,12 +43,14 @@ func newCancelCommand(o *options) *cobra.Command {
 		Use:   "cancel backup|restore NAME [--operation ID]... [--wait]",
 		Short: "Ask itemops to cancel a Backup's or Restore's unfinished operations through their plugins",
 		Long: `cancel sets spec.cancel on the unfinished operations of a Backup or Restore
-(all of them, or those named by --operation: an operation ID or an
-ItemOperation name), and says which. itemops then calls each plugin's Cancel
+(all of them, or those named by --operation: an operation ID, an
+ItemOperation name, or the PodVolumeBackup or PodVolumeRestore a mirror of
+a file-system backup or restore follows), and says which. itemops then
+calls each plugin's Cancel (for a mirror, sets its object's spec.cancel)
 and the operation is Canceling until its end is recorded: by Velero in
-observe mode, by the plugin's progress in manage mode (Canceled, or
-Completed if it finished first; the parent then goes on to
-PartiallyFailed). A cancel is a request: the plugin, and Velero's data
+observe mode, by the plugin's progress in manage mode, by node-agent for a
+mirror (Canceled, or Completed if it finished first; the parent then goes
+on to PartiallyFailed). A cancel is a request: the plugin, and Velero's data
 mover, carry it out on their own schedule (docs/velero.md, "A cancel is a
 request"; kubectl itemops why shows what holds it). With --wait it waits
 for every operation it asked to cancel to end.

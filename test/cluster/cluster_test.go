@@ -736,6 +736,8 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 
 	whyOperationsWait()
 
+	fileSystemBackups()
+
 	It("manage -> observe by docs/velero.md's commands, a Backup counted by itemops in flight", func(ctx SpecContext) {
 		inFlight(ctx, "switch-2", "to-observe")
 		Expect(s.RunDoc(ctx, "docs/velero.md", "to-observe")).To(Succeed())

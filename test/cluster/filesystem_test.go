@@ -1,0 +1,163 @@
+/*
+Copyright The itemops Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
+	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/test/localcluster"
+	"github.com/itemops/itemops/test/stack"
+)
+
+// podWithVolumes runs a pod that holds the claims mounted, as an
+// application does while Velero backs its volumes up from the node: a
+// file-system backup reads the volumes of running pods.
+func podWithVolumes(ctx context.Context, namespace, name string, claims ...string) {
+	GinkgoHelper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken: ptr.To(false),
+			SecurityContext:              stack.RestrictedPod(),
+			Containers: []corev1.Container{{
+				Name: "app", Image: localcluster.SandboxImage, ImagePullPolicy: corev1.PullNever,
+				SecurityContext: stack.RestrictedContainer(),
+			}},
+		},
+	}
+	for _, claim := range claims {
+		pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: claim, MountPath: "/" + claim})
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: claim, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+	}
+	Eventually(func() error { return s.Client.Create(ctx, pod) }).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+	Eventually(func(g Gomega) corev1.PodPhase {
+		g.Expect(s.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		return pod.Status.Phase
+	}).WithContext(ctx).WithTimeout(2*time.Minute).Should(Equal(corev1.PodRunning),
+		func() string { return s.Diagnose(context.WithoutCancel(ctx), namespace) })
+}
+
+// fsApp creates a namespace whose pod holds a volume of each size (MiB),
+// named data-0, data-1…, written with files first.
+func fsApp(ctx context.Context, namespace string, mib ...int) {
+	GinkgoHelper()
+	Expect(s.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}})).To(Succeed())
+	var claims []string
+	for i, n := range mib {
+		claim := fmt.Sprintf("data-%d", i)
+		filledVolume(ctx, namespace, claim, n)
+		claims = append(claims, claim)
+	}
+	podWithVolumes(ctx, namespace, "app", claims...)
+}
+
+// slowLocation makes the location behind the slow link, once.
+func slowLocation(ctx context.Context) {
+	GinkgoHelper()
+	bsl := &velerov1api.BackupStorageLocation{}
+	err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "slow"}, bsl)
+	if apierrors.IsNotFound(err) {
+		run(ctx, fmt.Sprintf("velero backup-location create slow --provider aws --bucket %s --config region=%s,s3ForcePathStyle=true,s3Url=%s",
+			stack.SlowBucket, stack.Region, stack.SlowS3URL))
+	} else {
+		Expect(err).NotTo(HaveOccurred())
+	}
+	Eventually(func(g Gomega) velerov1api.BackupStorageLocationPhase {
+		g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "slow"}, bsl)).To(Succeed())
+		return bsl.Status.Phase
+	}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(velerov1api.BackupStorageLocationPhaseAvailable))
+}
+
+// mirrorsOf are a parent's mirrors of file-system backups or restores, by
+// the pod volume each moves (its claim).
+func mirrorsOf(g Gomega, kind, parent string) map[string]itemopsv1alpha1.ItemOperation {
+	out := map[string]itemopsv1alpha1.ItemOperation{}
+	for _, op := range operationsOf(g, kind, parent) {
+		g.Expect(op.Spec.Mirror).NotTo(BeNil(), "ItemOperation %s of %s %s is a mirror", op.Name, kind, parent)
+		g.Expect(op.Spec.Plugin).To(BeZero())
+		out[op.Spec.Mirror.Volume] = op
+	}
+	return out
+}
+
+// mirrorsMoving waits until a parent has n mirrors and one of them is seen
+// part-way.
+func mirrorsMoving(ctx context.Context, kind, parent string, n int) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		ops := mirrorsOf(g, kind, parent)
+		g.Expect(ops).To(HaveLen(n))
+		progress := map[string]string{}
+		for volume, op := range ops {
+			progress[volume] = fmt.Sprintf("%s %d/%d", op.Status.Phase, op.Status.NCompleted, op.Status.NTotal)
+			if op.Status.Phase == itemopsv1alpha1.OperationPhaseInProgress && op.Status.NCompleted > 0 && op.Status.NCompleted < op.Status.NTotal {
+				return
+			}
+		}
+		g.Expect(progress).To(BeNil(), "no file-system backup seen part-way")
+	}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+// mirrorEnds are a parent's mirrors as "phase done/total", by volume.
+func mirrorEnds(g Gomega, kind, parent string) map[string]string {
+	out := map[string]string{}
+	for volume, op := range mirrorsOf(g, kind, parent) {
+		out[volume] = fmt.Sprintf("%s %d/%d", op.Status.Phase, op.Status.NCompleted, op.Status.NTotal)
+	}
+	return out
+}
+
+// fileSystemBackups runs Velero's file-system backup and restore, through
+// its real node-agent and kopia, and what itemops shows of them.
+func fileSystemBackups() {
+	It("file-system backup: each PodVolumeBackup an ItemOperation moving its bytes, ended as Velero ended it; its restore gives back the same files", func(ctx SpecContext) {
+		fsApp(ctx, "fs-shop", 40, 24)
+		slowLocation(ctx)
+		run(ctx, "velero backup create fs-observed --include-namespaces fs-shop --default-volumes-to-fs-backup --storage-location slow")
+		By("the PodVolumeBackups mirrored, their bytes moving over the slow link")
+		mirrorsMoving(ctx, "Backup", "fs-observed", 2)
+		Expect(run(ctx, "kubectl get itemoperations -n velero -l itemops.io/parent-name=fs-observed")).To(MatchRegexp(`MIRRORS[\s\S]*PodVolumeBackup`))
+		Eventually(backupPhase("fs-observed")).WithContext(ctx).WithTimeout(5 * time.Minute).Should(Equal(velerov1api.BackupPhaseCompleted))
+		Eventually(func(g Gomega) map[string]string { return mirrorEnds(g, "Backup", "fs-observed") }).WithContext(ctx).WithTimeout(time.Minute).
+			Should(Equal(map[string]string{"data-0": fmt.Sprintf("Completed %d/%d", 40<<20, 40<<20), "data-1": fmt.Sprintf("Completed %d/%d", 24<<20, 24<<20)}))
+		Expect(counters(Default, "fs-observed")).To(Equal([]int{0, 0, 0, 0}), "no mirror among Velero's plugin operations, and no error")
+
+		By("the restore into another namespace: each PodVolumeRestore an ItemOperation, the same files back")
+		run(ctx, "velero restore create fs-restored --from-backup fs-observed --namespace-mappings fs-shop:fs-shop-restored")
+		Eventually(func(g Gomega) string { return parentPhase(g, "Restore", "fs-restored") }).WithContext(ctx).WithTimeout(6 * time.Minute).
+			Should(Equal(string(velerov1api.RestorePhaseCompleted)))
+		Eventually(func(g Gomega) map[string]string { return mirrorEnds(g, "Restore", "fs-restored") }).WithContext(ctx).WithTimeout(time.Minute).
+			Should(Equal(map[string]string{"data-0": fmt.Sprintf("Completed %d/%d", 40<<20, 40<<20), "data-1": fmt.Sprintf("Completed %d/%d", 24<<20, 24<<20)}))
+		for _, claim := range []string{"data-0", "data-1"} {
+			Expect(volumeSum(ctx, "fs-shop-restored", claim)).To(Equal(volumeSums["fs-shop/"+claim]), "restored volume %s", claim)
+		}
+	})
+}
