@@ -126,14 +126,19 @@ func backupPhase(name string) func(g Gomega) velerov1api.BackupPhase {
 }
 
 // operationsOf lists a parent's ItemOperations by the name of the item
-// each moves.
+// each moves (a mirror's: pod:volume).
 func operationsOf(g Gomega, kind, parent string) map[string]itemopsv1alpha1.ItemOperation {
 	list := &itemopsv1alpha1.ItemOperationList{}
 	g.Expect(s.Client.List(context.Background(), list, client.InNamespace(s.Namespace),
 		client.MatchingLabels{itemopsv1alpha1.LabelParentKind: kind, itemopsv1alpha1.LabelParentName: parent})).To(Succeed())
 	out := map[string]itemopsv1alpha1.ItemOperation{}
 	for _, op := range list.Items {
-		out[op.Spec.Resource.Name] = op
+		key := op.Spec.Resource.Name
+		if op.Spec.Mirror != nil {
+			// A pod's volume, as Velero names it.
+			key += ":" + op.Spec.Mirror.Volume
+		}
+		out[key] = op
 	}
 	return out
 }

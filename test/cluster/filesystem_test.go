@@ -19,6 +19,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -100,9 +101,10 @@ func slowLocation(ctx context.Context) {
 // the pod volume each moves (its claim).
 func mirrorsOf(g Gomega, kind, parent string) map[string]itemopsv1alpha1.ItemOperation {
 	out := map[string]itemopsv1alpha1.ItemOperation{}
-	for _, op := range operationsOf(g, kind, parent) {
+	for item, op := range operationsOf(g, kind, parent) {
 		g.Expect(op.Spec.Mirror).NotTo(BeNil(), "ItemOperation %s of %s %s is a mirror", op.Name, kind, parent)
 		g.Expect(op.Spec.Plugin).To(BeZero())
+		g.Expect(item).To(Equal("app:"+op.Spec.Mirror.Volume), "ItemOperation %s mirrors a volume of the pod app", op.Name)
 		out[op.Spec.Mirror.Volume] = op
 	}
 	return out
@@ -135,6 +137,27 @@ func mirrorEnds(g Gomega, kind, parent string) map[string]string {
 	return out
 }
 
+// podVolumeBackups are a Backup's PodVolumeBackups, their phases by name.
+func podVolumeBackups(g Gomega, backup string) map[string]string {
+	list := &velerov1api.PodVolumeBackupList{}
+	g.Expect(s.Client.List(context.Background(), list, client.InNamespace(s.Namespace),
+		client.MatchingLabels{velerov1api.BackupNameLabel: backup})).To(Succeed())
+	out := map[string]string{}
+	for _, p := range list.Items {
+		out[p.Name] = string(p.Status.Phase)
+	}
+	return out
+}
+
+// onlyPodVolumeBackup is the one PodVolumeBackup of a Backup.
+func onlyPodVolumeBackup(g Gomega, backup string) *velerov1api.PodVolumeBackup {
+	list := &velerov1api.PodVolumeBackupList{}
+	g.Expect(s.Client.List(context.Background(), list, client.InNamespace(s.Namespace),
+		client.MatchingLabels{velerov1api.BackupNameLabel: backup})).To(Succeed())
+	g.Expect(list.Items).To(HaveLen(1))
+	return &list.Items[0]
+}
+
 // fileSystemBackups runs Velero's file-system backup and restore, through
 // its real node-agent and kopia, and what itemops shows of them.
 func fileSystemBackups() {
@@ -159,5 +182,93 @@ func fileSystemBackups() {
 		for _, claim := range []string{"data-0", "data-1"} {
 			Expect(volumeSum(ctx, "fs-shop-restored", claim)).To(Equal(volumeSums["fs-shop/"+claim]), "restored volume %s", claim)
 		}
+	})
+
+	It("why a file-system backup waits: the ConfigMap node-agent's pods take their environment from, deleted, is PodNotRunning, until it is back", func(ctx SpecContext) {
+		fsApp(ctx, "fs-env", 8)
+		const envConfig = `kubectl -n velero create configmap node-agent-env --from-literal=ITEMOPS_EXAMPLE=1`
+		run(ctx, envConfig)
+		run(ctx, `kubectl -n velero patch daemonset node-agent --type json -p '[{"op":"add","path":"/spec/template/spec/containers/0/envFrom","value":[{"configMapRef":{"name":"node-agent-env"}}]}]'`)
+		DeferCleanup(func(ctx SpecContext) {
+			run(ctx, `kubectl -n velero patch daemonset node-agent --type json -p '[{"op":"remove","path":"/spec/template/spec/containers/0/envFrom"}]'`)
+			run(ctx, "kubectl -n velero delete configmap node-agent-env --ignore-not-found")
+			run(ctx, "kubectl -n velero rollout status daemonset/node-agent --timeout=3m")
+		})
+		run(ctx, "kubectl -n velero rollout status daemonset/node-agent --timeout=3m")
+		run(ctx, "kubectl -n velero delete configmap node-agent-env")
+		run(ctx, "velero backup create fs-env --include-namespaces fs-env --default-volumes-to-fs-backup")
+		op := causeShown(ctx, "Backup", "fs-env", "app:data-0", itemopsv1alpha1.WaitingPodNotRunning, `does not run: CreateContainerConfigError: configmap "node-agent-env" not found`,
+			func(g Gomega) {
+				pod := dataMoverPod(g, onlyPodVolumeBackup(g, "fs-env").Name)
+				g.Expect(pod.Status.ContainerStatuses).NotTo(BeEmpty())
+				g.Expect(pod.Status.ContainerStatuses[0].State.Waiting).NotTo(BeNil())
+				g.Expect(pod.Status.ContainerStatuses[0].State.Waiting.Reason).To(Equal("CreateContainerConfigError"))
+			})
+		Expect(run(ctx, "kubectl itemops why backup fs-env -n velero")).To(And(ContainSubstring("is InProgress"), ContainSubstring("waiting for PodNotRunning"),
+			ContainSubstring("PodVolumeBackup/")))
+		run(ctx, envConfig)
+		waitEnds(ctx, "Backup", "fs-env", string(velerov1api.BackupPhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingPodNotRunning}})
+	})
+
+	It("why a file-system backup waits: node-agent's loadConcurrency of 1 with two volumes is NodeAgentBusy, naming the one ahead", func(ctx SpecContext) {
+		fsApp(ctx, "fs-busy", 24, 24)
+		nodeAgentConfig(ctx, `{"loadConcurrency":{"globalConfig":1}}`)
+		DeferCleanup(func(ctx SpecContext) { nodeAgentConfig(ctx, `{}`) })
+		slowLocation(ctx)
+		run(ctx, "velero backup create fs-busy --include-namespaces fs-busy --default-volumes-to-fs-backup --storage-location slow")
+		op := causeShown(ctx, "Backup", "fs-busy", "", itemopsv1alpha1.WaitingNodeAgentBusy, `loadConcurrency of 1 data path\(s\): 1 ahead \(PodVolumeBackup/fs-busy-`,
+			func(g Gomega) {
+				phases := map[string]int{}
+				for _, phase := range podVolumeBackups(g, "fs-busy") {
+					phases[phase]++
+				}
+				g.Expect(phases).To(And(HaveKeyWithValue("InProgress", 1), HaveKey("Prepared")))
+			})
+		Expect(run(ctx, "kubectl itemops get backup fs-busy -n velero")).To(MatchRegexp(`NodeAgentBusy`))
+		waitEnds(ctx, "Backup", "fs-busy", string(velerov1api.BackupPhaseCompleted),
+			map[string][]string{op.Name: {itemopsv1alpha1.WaitingNodeAgentBusy}})
+		Eventually(func(g Gomega) map[string]string { return mirrorEnds(g, "Backup", "fs-busy") }).WithContext(ctx).WithTimeout(time.Minute).
+			Should(Equal(map[string]string{"data-0": fmt.Sprintf("Completed %d/%d", 24<<20, 24<<20), "data-1": fmt.Sprintf("Completed %d/%d", 24<<20, 24<<20)}))
+	})
+
+	It("why a file-system backup waits: a link to the bucket that passes nothing is NotMoving; kubectl itemops cancel has node-agent cancel it, and the Backup ends PartiallyFailed", func(ctx SpecContext) {
+		fsApp(ctx, "fs-stall", 32)
+		slowLocation(ctx)
+		DeferCleanup(func() { _ = os.Remove(s.SlowLinkPause()) })
+		run(ctx, "velero backup create fs-stall --include-namespaces fs-stall --default-volumes-to-fs-backup --storage-location slow")
+		By("bytes moving, then the link paused")
+		Eventually(func(g Gomega) int64 { return onlyPodVolumeBackup(g, "fs-stall").Status.Progress.BytesDone }).
+			WithContext(ctx).WithTimeout(3 * time.Minute).Should(BeNumerically(">", 0))
+		Expect(os.WriteFile(s.SlowLinkPause(), nil, 0o644)).To(Succeed())
+		// Shown once the PodVolumeBackup's bytes have stood still for the
+		// not-moving window and one progress write interval more (itemops'
+		// clock starts at the last progress it wrote).
+		notMoving := managerDuration(Default, "not-moving-after") + managerDuration(Default, "progress-update-interval")
+		last, changed := int64(-1), time.Now()
+		op := causeShown(ctx, "Backup", "fs-stall", "app:data-0", itemopsv1alpha1.WaitingNotMoving, `no progress since .*checked: PodVolumeBackup fs-stall-\w+ \(InProgress\)`,
+			func(g Gomega) {
+				pvb := onlyPodVolumeBackup(g, "fs-stall")
+				g.Expect(pvb.Status.Phase).To(Equal(velerov1api.PodVolumeBackupPhaseInProgress))
+				if done := pvb.Status.Progress.BytesDone; done != last {
+					last, changed = done, time.Now()
+				}
+				g.Expect(time.Since(changed)).To(BeNumerically(">=", notMoving), "PodVolumeBackup %s's bytes (%d) standing still", pvb.Name, last)
+			})
+		Expect(run(ctx, "kubectl itemops why backup fs-stall -n velero")).To(ContainSubstring("waiting for NotMoving"))
+
+		By("kubectl itemops cancel, naming the PodVolumeBackup")
+		pvb := onlyPodVolumeBackup(Default, "fs-stall")
+		Expect(run(ctx, "kubectl itemops cancel backup fs-stall -n velero --operation "+pvb.Name)).To(ContainSubstring("cancel requested"))
+		Eventually(func(g Gomega) bool {
+			g.Expect(s.Client.Get(ctx, client.ObjectKeyFromObject(pvb), pvb)).To(Succeed())
+			return pvb.Spec.Cancel
+		}).WithContext(ctx).WithTimeout(2*pollInterval+settle).Should(BeTrue(), "spec.cancel set on PodVolumeBackup %s", pvb.Name)
+		Eventually(func(g Gomega) string {
+			got := operationsOf(g, "Backup", "fs-stall")["app:data-0"]
+			return fmt.Sprintf("%s %s", got.Status.Phase, onlyPodVolumeBackup(g, "fs-stall").Status.Phase)
+		}).WithContext(ctx).WithTimeout(5*time.Minute).Should(Equal("Canceled Canceled"), "node-agent cancels it, and the mirror ends as it ended")
+		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
+		Eventually(backupPhase("fs-stall")).WithContext(ctx).WithTimeout(3 * time.Minute).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
+		Expect(waitingHistory(ctx, op.Name)).To(ContainElement(HavePrefix("Waiting NotMoving")))
 	})
 }
