@@ -23,7 +23,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	velerov1api "github.com/vmware-tanzu/velero/pkg/apis/velero/v1"
+
 	itemopsv1alpha1 "github.com/itemops/itemops/api/v1alpha1"
+	"github.com/itemops/itemops/internal/metrics"
 	"github.com/itemops/itemops/internal/why"
 )
 
@@ -36,6 +39,10 @@ const IndexParentUID = "spec.parent.uid"
 func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &itemopsv1alpha1.ItemOperation{}, IndexParentUID, parentUID); err != nil {
 		return fmt.Errorf("indexing ItemOperations by parent: %w", err)
+	}
+	// Velero's backup queue, which the metrics read at each scrape.
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &velerov1api.Backup{}, metrics.IndexQueuePhase, metrics.QueuePhase); err != nil {
+		return fmt.Errorf("indexing Backups by their phase in Velero's queue: %w", err)
 	}
 	// The data mover's DataUploads and DataDownloads, which finding why an
 	// operation waits reads.

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -88,7 +89,8 @@ func Register(reader client.Reader, namespace string) {
 // MustRegister adds every metric to registry.
 func MustRegister(registry prometheus.Registerer, reader client.Reader, namespace string) {
 	registry.MustRegister(progressCalls, progressCallDuration, cancelCalls, operationDuration, pluginRestarts, plugins,
-		&stateCollector{reader: reader, namespace: namespace})
+		&stateCollector{reader: reader, namespace: namespace},
+		&queueCollector{reader: reader, namespace: namespace, clock: clock.RealClock{}})
 }
 
 // started holds the plugins (pluginKey) and binaries (string) whose series
