@@ -19,6 +19,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -133,5 +135,60 @@ var _ = Describe("File-system backups", func() {
 		})
 		g.Eventually(func(g Gomega) itemopsv1alpha1.OperationPhase { return mirrors(g)[two.Name].Status.Phase },
 			10*time.Second, 200*time.Millisecond).Should(Equal(itemopsv1alpha1.OperationPhaseCanceled))
+	})
+})
+
+var _ = Describe("Velero's backup queue", func() {
+	It("is counted by phase with its oldest, a Backup left ReadyToStart growing older at each scrape", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		pluginDir, err := buildPlugins()
+		g.Expect(err).NotTo(HaveOccurred())
+		for name, phase := range map[string]velerov1api.BackupPhase{
+			"queue-1": velerov1api.BackupPhaseQueued, "queue-2": velerov1api.BackupPhaseQueued,
+			"queue-ready": velerov1api.BackupPhaseReadyToStart, "queue-running": velerov1api.BackupPhaseInProgress,
+		} {
+			b := &velerov1api.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: envtest.VeleroNamespace, Name: name},
+				Status: velerov1api.BackupStatus{Phase: phase}}
+			g.Expect(env.Client.Create(ctx, b)).To(Succeed())
+			DeferCleanup(func() { removeBackup(t, b) })
+		}
+		identity, err := env.ChartIdentity(ctx, "itemops")
+		g.Expect(err).NotTo(HaveOccurred())
+		address := freeAddress(t)
+		m := startManagerAs(t, identity, pluginDir, "--metrics-bind-address="+address)
+		reader := metricsReader(t)
+		scrapeQueue := func(g Gomega) map[string]float64 {
+			_, body, err := getWith(reader, "https://"+address+"/metrics")
+			g.Expect(err).NotTo(HaveOccurred())
+			out := map[string]float64{}
+			for _, line := range strings.Split(body, "\n") {
+				if !strings.HasPrefix(line, "itemops_backup_queue_") {
+					continue
+				}
+				name, value, ok := strings.Cut(line, " ")
+				g.Expect(ok).To(BeTrue(), line)
+				v, err := strconv.ParseFloat(value, 64)
+				g.Expect(err).NotTo(HaveOccurred(), line)
+				out[name] = v
+			}
+			return out
+		}
+		var first float64
+		g.Eventually(func(g Gomega) {
+			got := scrapeQueue(g)
+			g.Expect(got).To(And(
+				HaveKeyWithValue(`itemops_backup_queue_backups{phase="Queued"}`, 2.0),
+				HaveKeyWithValue(`itemops_backup_queue_backups{phase="ReadyToStart"}`, 1.0),
+				HaveKeyWithValue(`itemops_backup_queue_backups{phase="InProgress"}`, 1.0),
+				HaveKeyWithValue(`itemops_backup_queue_scrape_error`, 0.0),
+				HaveKey(`itemops_backup_queue_oldest_seconds{phase="Queued"}`),
+			))
+			first = got[`itemops_backup_queue_oldest_seconds{phase="ReadyToStart"}`]
+		}, 30*time.Second, 200*time.Millisecond).Should(Succeed(), "itemops:\n%s", m.output.String())
+		g.Eventually(func(g Gomega) float64 {
+			return scrapeQueue(g)[`itemops_backup_queue_oldest_seconds{phase="ReadyToStart"}`]
+		}, 10*time.Second, 200*time.Millisecond).Should(BeNumerically(">=", first+1), "the Backup left ReadyToStart grows older")
 	})
 })
