@@ -18,6 +18,8 @@ package compat
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,6 +51,16 @@ const (
 	sampleBackup   = "itemops.io/sample-datamover"
 	sampleRestorer = "itemops.io/sample-restorer"
 )
+
+// minor is the minor release of a Velero version such as 1.16.2.
+func minor(version string) int {
+	parts := strings.Split(version, ".")
+	if len(parts) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(parts[1])
+	return n
+}
 
 // sample is the annotations of a sample operation moving size at speed.
 func sample(size, speed string) map[string]string {
@@ -212,6 +225,81 @@ func releaseSpecs(version string) {
 			g.Expect(mf.Manager).NotTo(HavePrefix("itemops"))
 		}
 		g.Expect(itemops.Output.String()).NotTo(ContainSubstring("wrote the operations file"))
+	})
+
+	// node-agent cannot run without a node: the PodVolumeBackup is written
+	// as this release's node-agent writes it, into this release's CRD.
+	It("mirrors a file-system backup as this release writes it, and cancels it as far as the release can", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		b := &velerov1api.Backup{ObjectMeta: metav1.ObjectMeta{Namespace: envtest.VeleroNamespace, Name: "files-1"},
+			Status: velerov1api.BackupStatus{Phase: velerov1api.BackupPhaseInProgress}}
+		g.Expect(w.env.Client.Create(ctx, b)).To(Succeed())
+		pvb := &velerov1api.PodVolumeBackup{
+			ObjectMeta: metav1.ObjectMeta{Namespace: envtest.VeleroNamespace, Name: "files-1-x7k2p",
+				Labels:          map[string]string{velerov1api.BackupNameLabel: b.Name, velerov1api.BackupUIDLabel: string(b.UID)},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "velero.io/v1", Kind: "Backup", Name: b.Name, UID: b.UID, Controller: ptr.To(true)}}},
+			Spec: velerov1api.PodVolumeBackupSpec{Node: "node-1", Volume: "data", BackupStorageLocation: "default", UploaderType: "kopia",
+				Pod: corev1.ObjectReference{Kind: "Pod", Namespace: "catalog", Name: "web-0"}},
+			Status: velerov1api.PodVolumeBackupStatus{Phase: velerov1api.PodVolumeBackupPhaseNew},
+		}
+		g.Expect(w.env.Client.Create(ctx, pvb)).To(Succeed())
+		update := func(edit func(*velerov1api.PodVolumeBackup)) {
+			g.Eventually(func() error {
+				if err := w.env.Client.Get(ctx, client.ObjectKeyFromObject(pvb), pvb); err != nil {
+					return err
+				}
+				edit(pvb)
+				return w.env.Client.Update(ctx, pvb)
+			}, 10*time.Second).Should(Succeed())
+		}
+		w.startItemops(t, "observe")
+		mirror := func(g Gomega) itemopsv1alpha1.ItemOperation {
+			ops := w.operationsOf(g, string(b.UID))
+			g.Expect(ops).To(HaveLen(1))
+			for _, op := range ops {
+				g.Expect(op.Spec.Mirror).NotTo(BeNil())
+				return op
+			}
+			return itemopsv1alpha1.ItemOperation{}
+		}
+		g.Eventually(func(g Gomega) string { return mirror(g).Status.Description }, 20*time.Second, 250*time.Millisecond).
+			Should(Equal("PodVolumeBackup New"))
+		update(func(p *velerov1api.PodVolumeBackup) {
+			p.Status.Phase, p.Status.StartTimestamp = velerov1api.PodVolumeBackupPhaseInProgress, &metav1.Time{Time: time.Now()}
+			p.Status.Progress.TotalBytes, p.Status.Progress.BytesDone = 100<<20, 25<<20
+		})
+		g.Eventually(func(g Gomega) string { return mirror(g).Status.Progress }, 20*time.Second, 250*time.Millisecond).
+			Should(Equal("25Mi/100Mi (25%)"))
+
+		By("a cancel: spec.cancel since v1.17; before, a CRD without it, which the mirror says")
+		op := mirror(g)
+		patch := client.MergeFrom(op.DeepCopy())
+		op.Spec.Cancel = true
+		g.Expect(w.env.Client.Patch(ctx, &op, patch)).To(Succeed())
+		g.Eventually(func(g Gomega) string {
+			got := mirror(g)
+			c := meta.FindStatusCondition(got.Status.Conditions, itemopsv1alpha1.ConditionCanceled)
+			g.Expect(c).NotTo(BeNil())
+			return string(got.Status.Phase) + ": " + c.Message
+		}, 20*time.Second, 250*time.Millisecond).Should(HavePrefix(string(itemopsv1alpha1.OperationPhaseCanceling) + ": "))
+		c := meta.FindStatusCondition(mirror(g).Status.Conditions, itemopsv1alpha1.ConditionCanceled)
+		g.Expect(w.env.Client.Get(ctx, client.ObjectKeyFromObject(pvb), pvb)).To(Succeed())
+		if minor(version) < 17 {
+			g.Expect(pvb.Spec.Cancel).To(BeFalse(), "v%s's PodVolumeBackup has no spec.cancel", version)
+			g.Expect(c.Message).To(ContainSubstring("cannot be canceled: this Velero's PodVolumeBackup has no spec.cancel (Velero before v1.17)"))
+		} else {
+			g.Expect(pvb.Spec.Cancel).To(BeTrue())
+			g.Expect(c.Message).To(ContainSubstring("spec.cancel was set on PodVolumeBackup " + pvb.Name))
+		}
+		By("the end is node-agent's: Completed, as it finished first")
+		update(func(p *velerov1api.PodVolumeBackup) {
+			p.Status.Phase, p.Status.Progress.BytesDone = velerov1api.PodVolumeBackupPhaseCompleted, 100<<20
+			p.Status.CompletionTimestamp = &metav1.Time{Time: time.Now()}
+		})
+		g.Eventually(func(g Gomega) itemopsv1alpha1.OperationPhase { return mirror(g).Status.Phase }, 20*time.Second, 250*time.Millisecond).
+			Should(Equal(itemopsv1alpha1.OperationPhaseCompleted))
 	})
 
 	It("warns on Velero's Deployment of a release it cannot follow and of built-in plugins of another release", func() {
