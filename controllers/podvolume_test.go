@@ -201,6 +201,46 @@ var _ = Describe("File-system backups mirrored as ItemOperations", Label("envtes
 		g.Expect(get(g, op).Status.Error).To(Equal("data path is canceled"))
 	})
 
+	It("a deletion of the Backup requested, or the Backup deleted, sets the PodVolumeBackups' spec.cancel", func() {
+		t := GinkgoTB()
+		g := NewWithT(t)
+		ctx := context.Background()
+		cancelled := func(pvb *velerov1api.PodVolumeBackup) func(g Gomega) bool {
+			return func(g Gomega) bool {
+				got := &velerov1api.PodVolumeBackup{}
+				g.Expect(env.Client.Get(ctx, client.ObjectKeyFromObject(pvb), got)).To(Succeed())
+				return got.Spec.Cancel
+			}
+		}
+
+		By("velero backup delete of a Backup still InProgress, which Velero refuses")
+		backup := runningBackup(t, velerov1api.BackupPhaseInProgress)
+		pvb := newPVB(t, envtest.VeleroNamespace, backup, "web-8", velerov1api.PodVolumeBackupStatus{Phase: velerov1api.PodVolumeBackupPhaseInProgress})
+		op := mirrorOfPVB(backup, pvb)
+		g.Eventually(phaseOf(op), within, testSync).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
+		g.Expect(env.Client.Create(ctx, &velerov1api.DeleteBackupRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: backup.Name + "-delete", Namespace: backup.Namespace},
+			Spec:       velerov1api.DeleteBackupRequestSpec{BackupName: backup.Name},
+		})).To(Succeed())
+		g.Eventually(cancelled(pvb), within, testSync).Should(BeTrue())
+		g.Eventually(phaseOf(op), within, testSync).Should(Equal(itemopsv1alpha1.OperationPhaseCanceling), "a request: node-agent ends it")
+		g.Expect(meta.FindStatusCondition(get(g, op).Status.Conditions, itemopsv1alpha1.ConditionCanceled).Reason).
+			To(Equal(itemopsv1alpha1.ReasonBackupDeletionRequested))
+
+		By("kubectl delete backup: its mirror, going with it, sets spec.cancel first")
+		gone := runningBackup(t, velerov1api.BackupPhaseInProgress)
+		kept := newPVB(t, envtest.VeleroNamespace, gone, "web-9", velerov1api.PodVolumeBackupStatus{Phase: velerov1api.PodVolumeBackupPhaseInProgress})
+		g.Eventually(phaseOf(mirrorOfPVB(gone, kept)), within, testSync).Should(Equal(itemopsv1alpha1.OperationPhaseInProgress))
+		// envtest runs no garbage collector: the Backup's objects are
+		// deleted as it would delete them, the mirror first.
+		g.Expect(env.Client.Delete(ctx, gone)).To(Succeed())
+		g.Expect(env.Client.Delete(ctx, mirrorOfPVB(gone, kept))).To(Succeed())
+		g.Eventually(cancelled(kept), within, testSync).Should(BeTrue())
+		g.Eventually(func() bool {
+			return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(mirrorOfPVB(gone, kept)), &itemopsv1alpha1.ItemOperation{}))
+		}, within, testSync).Should(BeTrue(), "the mirror released")
+	})
+
 	It("a PodVolumeBackup deleted before it ended ends its mirror Failed, saying so", func() {
 		t := GinkgoTB()
 		g := NewWithT(t)
