@@ -166,7 +166,7 @@ func restoreIn(t testing.TB, namespace, name string, phase velerov1api.RestorePh
 
 // operation creates the ItemOperation of parent for the item namespace/name,
 // labelled as itemops labels those it ingests.
-func operation(t testing.TB, parent client.Object, item, plugin, id string) *itemopsv1alpha1.ItemOperation {
+func operation(t testing.TB, parent client.Object, item, plugin, id string, mutate ...func(*itemopsv1alpha1.ItemOperation)) *itemopsv1alpha1.ItemOperation {
 	t.Helper()
 	kind, pluginKind := itemopsv1alpha1.ParentKindBackup, itemopsv1alpha1.PluginKindBackupItemAction
 	if _, ok := parent.(*velerov1api.Restore); ok {
@@ -187,6 +187,9 @@ func operation(t testing.TB, parent client.Object, item, plugin, id string) *ite
 			OperationID: id,
 			Resource:    itemopsv1alpha1.ResourceIdentifier{Resource: "persistentvolumeclaims", Namespace: "shop", Name: item},
 		},
+	}
+	for _, m := range mutate {
+		m(op)
 	}
 	if err := env.Client.Create(context.Background(), op); err != nil {
 		t.Fatal(err)

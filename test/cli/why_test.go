@@ -105,7 +105,30 @@ var _ = Describe("kubectl itemops why", func() {
 			out = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ|\d{8}T\d{6}Z`).ReplaceAllString(out, "TIME")
 			golden(t, c.golden, out)
 		}
-		r := kubectlItemops(ctx, clock, "why", "restore", "absent", "-n", ns)
+
+		By("a Backup InProgress, waiting for its file-system backups")
+		files := backupIn(t, ns, "files-1", velerov1api.BackupPhaseInProgress, 0)
+		for volume, status := range map[string]func(*itemopsv1alpha1.ItemOperationStatus){
+			"data": waitingOn(itemopsv1alpha1.WaitingNodeAgentBusy,
+				"PodVolumeBackup files-1-x7k2p is Prepared on node worker-1, which already runs node-agent's loadConcurrency of 1 data path(s): "+
+					"1 ahead (PodVolumeBackup/files-1-q8m4z). It starts when one of them ends"),
+			"logs": func(s *itemopsv1alpha1.ItemOperationStatus) {
+				progressAt(now, gi("1Gi"), gi("4Gi"), 3*time.Minute)(s)
+				s.Throughput, s.UnitsPerSecond = "17MiB/s", 17<<20
+			},
+		} {
+			op := operation(t, files, "web-0", "", "files-1-"+volume, func(op *itemopsv1alpha1.ItemOperation) {
+				op.Spec.Plugin, op.Spec.OperationID = itemopsv1alpha1.PluginReference{}, ""
+				op.Spec.Mirror = &itemopsv1alpha1.MirrorReference{Kind: itemopsv1alpha1.MirrorKindPodVolumeBackup, Name: "files-1-" + volume, UID: "u-" + volume, Volume: volume}
+				op.Spec.Resource = itemopsv1alpha1.ResourceIdentifier{Resource: "pods", Namespace: "shop", Name: "web-0"}
+			})
+			setStatus(t, op, status)
+		}
+		r := kubectlItemops(ctx, clock, "why", "backup", "files-1", "-n", ns)
+		g.Expect(r.code).To(Equal(0), r.err)
+		golden(t, "why-filesystem.golden", strings.ReplaceAll(r.out, ns+"/", "velero/"))
+
+		r = kubectlItemops(ctx, clock, "why", "restore", "absent", "-n", ns)
 		g.Expect(r.code).To(Equal(1))
 		g.Expect(r.err).To(ContainSubstring(`restores.velero.io "absent" not found`))
 	})
