@@ -143,6 +143,8 @@ type ownPrograms struct {
 	// itemopsTarball is the itemops image itself.
 	itemopsTarball                                       string
 	samplePlugins, copier, driver, volumeFiles, throttle string
+	// restoreHelper is Velero's velero-restore-helper.
+	restoreHelper string
 }
 
 // buildOwn builds this repository's programs that the images hold into
@@ -160,8 +162,12 @@ func buildOwn(ctx context.Context, root, dir, itemopsTag string) (ownPrograms, e
 		return ownPrograms{}, fmt.Errorf("make image (hack/image.sh): %w: %s", err, out)
 	}
 	binDir := filepath.Join(dir, "bin")
+	// Velero's restore helper, the init container its file-system restore
+	// puts into restored pods, at the release of the Velero module
+	// itemops requires, which the Velero image is of.
 	bins, err := localcluster.BuildStatic(ctx, binDir,
-		"./test/plugins/sample", "./cmd/cp-plugin", "./test/csidriver/csidriver", "./test/volumefiles", "./test/throttle")
+		"./test/plugins/sample", "./cmd/cp-plugin", "./test/csidriver/csidriver", "./test/volumefiles", "./test/throttle",
+		"github.com/vmware-tanzu/velero/cmd/velero-restore-helper")
 	if err != nil {
 		return ownPrograms{}, err
 	}
@@ -171,18 +177,19 @@ func buildOwn(ctx context.Context, root, dir, itemopsTag string) (ownPrograms, e
 		return ownPrograms{}, err
 	}
 	return ownPrograms{itemopsTarball: filepath.Join(dir, "itemops", "itemops.tar"), samplePlugins: sample,
-		copier: bins[1], driver: bins[2], volumeFiles: bins[3], throttle: bins[4]}, nil
+		copier: bins[1], driver: bins[2], volumeFiles: bins[3], throttle: bins[4], restoreHelper: bins[5]}, nil
 }
 
 // images are the images the stack runs but itemops' own, laid out as their
-// projects' own images are: Velero's binary at /velero, the AWS plugin at
+// projects' own images are: Velero's binary at /velero (and its restore
+// helper at /velero-restore-helper), the AWS plugin at
 // /plugins with its copier as entrypoint, versitygw at /app/versitygw.
 func images(bins Binaries, o ownPrograms) []localcluster.Image {
 	const nonroot = "65532:65532"
 	return []localcluster.Image{
 		// Velero's own image runs as its user, whose home (where
 		// kopia keeps a repository's configuration) is its own.
-		{Ref: VeleroImage, Files: map[string]string{"/velero": bins.Velero}, Dirs: []string{"/tmp"}, Home: "/home/cnb",
+		{Ref: VeleroImage, Files: map[string]string{"/velero": bins.Velero, "/velero-restore-helper": o.restoreHelper}, Dirs: []string{"/tmp"}, Home: "/home/cnb",
 			User: nonroot, Env: []string{"HOME=/home/cnb"}},
 		{Ref: AWSPluginImage, Files: map[string]string{"/plugins/velero-plugin-for-aws": bins.AWSPlugin, "/bin/cp-plugin": bins.AWSCopier},
 			User: nonroot, Entrypoint: []string{"cp-plugin", "/plugins/velero-plugin-for-aws", "/target/velero-plugin-for-aws"}},
