@@ -531,6 +531,17 @@ EOF`)
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Equal([]any{velerov1api.BackupPhaseQueued, 1}))
 		Expect(run(ctx, "kubectl itemops get backup why-queued -n velero")).To(ContainSubstring("Queued (#1)"))
 		Expect(run(ctx, "kubectl itemops why backup why-queued -n velero")).To(MatchRegexp(`waiting for Queued: it is #1 in Velero's backup queue.*running now: why-first \(InProgress\)`))
+		By("the queue in the metrics, as Prometheus scrapes them: one Queued, growing older, behind one InProgress")
+		var first float64
+		Eventually(func(g Gomega) {
+			body := scrape(g)
+			g.Expect(body).To(ContainSubstring(`itemops_backup_queue_backups{phase="Queued"} 1`))
+			g.Expect(body).To(MatchRegexp(`itemops_backup_queue_backups\{phase="InProgress"\} [1-9]`))
+			first = gaugeValue(g, body, `itemops_backup_queue_oldest_seconds{phase="Queued"}`)
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+		Eventually(func(g Gomega) float64 {
+			return gaugeValue(g, scrape(g), `itemops_backup_queue_oldest_seconds{phase="Queued"}`)
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(BeNumerically(">", first))
 		Expect(os.Remove(refuseFile)).To(Succeed())
 		for _, name := range []string{"why-first", "why-queued"} {
 			Eventually(backupPhase(name)).WithContext(ctx).WithTimeout(4*time.Minute).Should(Equal(velerov1api.BackupPhaseCompleted), name)
@@ -560,6 +571,19 @@ EOF`)
 	})
 
 	veleroStuckManaged()
+}
+
+// gaugeValue is the value of one series in a scrape's body.
+func gaugeValue(g Gomega, body, series string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if value, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(value, 64)
+			g.Expect(err).NotTo(HaveOccurred(), line)
+			return v
+		}
+	}
+	g.Expect(body).To(ContainSubstring(series))
+	return 0
 }
 
 // volumeHandle is the CSI volume of a PVC: the driver's ID of it.
