@@ -26,6 +26,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -158,6 +159,15 @@ func onlyPodVolumeBackup(g Gomega, backup string) *velerov1api.PodVolumeBackup {
 	return &list.Items[0]
 }
 
+// waitingMessage is an operation's Waiting condition's message, empty
+// when it has none.
+func waitingMessage(op itemopsv1alpha1.ItemOperation) string {
+	if c := apimeta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionWaiting); c != nil {
+		return c.Message
+	}
+	return ""
+}
+
 // fileSystemBackups runs Velero's file-system backup and restore, through
 // its real node-agent and kopia, and what itemops shows of them.
 func fileSystemBackups() {
@@ -179,6 +189,14 @@ func fileSystemBackups() {
 			Should(Equal(string(velerov1api.RestorePhaseCompleted)))
 		Eventually(func(g Gomega) map[string]string { return mirrorEnds(g, "Restore", "fs-restored") }).WithContext(ctx).WithTimeout(time.Minute).
 			Should(Equal(map[string]string{"data-0": fmt.Sprintf("Completed %d/%d", 40<<20, 40<<20), "data-1": fmt.Sprintf("Completed %d/%d", 24<<20, 24<<20)}))
+		// The restored pod starts once its restore helper has found the
+		// restores done and removed their marks (.velero/) from the volumes.
+		Eventually(func(g Gomega) corev1.PodPhase {
+			pod := &corev1.Pod{}
+			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: "fs-shop-restored", Name: "app"}, pod)).To(Succeed())
+			return pod.Status.Phase
+		}).WithContext(ctx).WithTimeout(2*time.Minute).Should(Equal(corev1.PodRunning),
+			func() string { return s.Diagnose(context.WithoutCancel(ctx), "fs-shop-restored") })
 		for _, claim := range []string{"data-0", "data-1"} {
 			Expect(volumeSum(ctx, "fs-shop-restored", claim)).To(Equal(volumeSums["fs-shop/"+claim]), "restored volume %s", claim)
 		}
@@ -263,11 +281,18 @@ func fileSystemBackups() {
 			g.Expect(s.Client.Get(ctx, client.ObjectKeyFromObject(pvb), pvb)).To(Succeed())
 			return pvb.Spec.Cancel
 		}).WithContext(ctx).WithTimeout(2*pollInterval+settle).Should(BeTrue(), "spec.cancel set on PodVolumeBackup %s", pvb.Name)
+		// kopia, its upload held by the link, stops once its request
+		// returns: the link passes bytes again.
+		Eventually(func(g Gomega) string {
+			got := operationsOf(g, "Backup", "fs-stall")["app:data-0"]
+			return fmt.Sprintf("%s %s", got.Status.Phase, onlyPodVolumeBackup(g, "fs-stall").Status.Phase)
+		}).WithContext(ctx).WithTimeout(2*pollInterval+settle).Should(Equal("Canceling Canceling"), "node-agent cancelling it, and the mirror Canceling")
+		Expect(waitingMessage(operationsOf(Default, "Backup", "fs-stall")["app:data-0"])).To(ContainSubstring("spec.cancel is set on PodVolumeBackup "+pvb.Name))
+		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
 		Eventually(func(g Gomega) string {
 			got := operationsOf(g, "Backup", "fs-stall")["app:data-0"]
 			return fmt.Sprintf("%s %s", got.Status.Phase, onlyPodVolumeBackup(g, "fs-stall").Status.Phase)
 		}).WithContext(ctx).WithTimeout(5*time.Minute).Should(Equal("Canceled Canceled"), "node-agent cancels it, and the mirror ends as it ended")
-		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
 		Eventually(backupPhase("fs-stall")).WithContext(ctx).WithTimeout(3 * time.Minute).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
 		Expect(waitingHistory(ctx, op.Name)).To(ContainElement(HavePrefix("Waiting NotMoving")))
 	})
