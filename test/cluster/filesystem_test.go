@@ -197,8 +197,9 @@ func fileSystemBackups() {
 			return pod.Status.Phase
 		}).WithContext(ctx).WithTimeout(2*time.Minute).Should(Equal(corev1.PodRunning),
 			func() string { return s.Diagnose(context.WithoutCancel(ctx), "fs-shop-restored") })
+		GinkgoWriter.Printf("the restore helper said:\n%s\n", run(ctx, "kubectl -n fs-shop-restored logs app -c restore-wait"))
 		for _, claim := range []string{"data-0", "data-1"} {
-			Expect(volumeSum(ctx, "fs-shop-restored", claim)).To(Equal(volumeSums["fs-shop/"+claim]), "restored volume %s", claim)
+			Expect(restoredVolumeSum(ctx, "fs-shop-restored", claim)).To(Equal(volumeSums["fs-shop/"+claim]), "restored volume %s", claim)
 		}
 	})
 
@@ -287,7 +288,7 @@ func fileSystemBackups() {
 			got := operationsOf(g, "Backup", "fs-stall")["app:data-0"]
 			return fmt.Sprintf("%s %s", got.Status.Phase, onlyPodVolumeBackup(g, "fs-stall").Status.Phase)
 		}).WithContext(ctx).WithTimeout(2*pollInterval+settle).Should(Equal("Canceling Canceling"), "node-agent cancelling it, and the mirror Canceling")
-		Expect(waitingMessage(operationsOf(Default, "Backup", "fs-stall")["app:data-0"])).To(ContainSubstring("spec.cancel is set on PodVolumeBackup "+pvb.Name))
+		Expect(waitingMessage(operationsOf(Default, "Backup", "fs-stall")["app:data-0"])).To(ContainSubstring("spec.cancel is set on PodVolumeBackup " + pvb.Name))
 		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
 		Eventually(func(g Gomega) string {
 			got := operationsOf(g, "Backup", "fs-stall")["app:data-0"]

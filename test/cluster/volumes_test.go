@@ -63,6 +63,16 @@ func volumeSum(ctx context.Context, namespace, claim string) string {
 	return volumePod(ctx, namespace, "sum-"+claim, claim, "sum")
 }
 
+// restoredVolumeSum sums the files of a PVC that Velero's file-system
+// restore filled, but for the marks it left in .velero/: its restore
+// helper, running as the restored pod's user (not root, as the restricted
+// Pod Security Standard has it), may not remove what node-agent wrote there
+// as root.
+func restoredVolumeSum(ctx context.Context, namespace, claim string) string {
+	GinkgoHelper()
+	return volumePod(ctx, namespace, "sum-"+claim, claim, "sum", "--skip=.velero")
+}
+
 // volumePod runs volumefiles in a pod (as the restricted Pod Security
 // Standard has it, the volume given to its fsGroup by the kubelet) with the
 // claim at /data, waits for it to succeed, deletes it and returns its

@@ -35,7 +35,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: volumefiles write|sum --dir=DIR [--mib=N --seed=S] [--result=FILE]")
+		fmt.Fprintln(os.Stderr, "usage: volumefiles write|sum --dir=DIR [--mib=N --seed=S] [--skip=DIR] [--result=FILE]")
 		os.Exit(2)
 	}
 	flags := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -43,6 +43,7 @@ func main() {
 	mib := flags.Int("mib", 16, "how many MiB to write (write)")
 	seed := flags.String("seed", "", "what the bytes derive from (write)")
 	result := flags.String("result", "", "a file to write the digest to (the termination log)")
+	skip := flags.String("skip", "", "a top-level directory to leave out of the sum (sum)")
 	_ = flags.Parse(os.Args[2:])
 	var (
 		digest string
@@ -55,7 +56,11 @@ func main() {
 			digest, err = files.Sum(*dir)
 		}
 	case "sum":
-		digest, err = files.Sum(*dir)
+		var skipped []string
+		if *skip != "" {
+			skipped = append(skipped, *skip)
+		}
+		digest, err = files.Sum(*dir, skipped...)
 	default:
 		err = fmt.Errorf("unknown command %q: write or sum", os.Args[1])
 	}

@@ -49,3 +49,20 @@ func TestSumOfAWrittenTree(t *testing.T) {
 	_, err = Sum(t.TempDir())
 	g.Expect(err).To(MatchError(ContainSubstring("no file")), "an empty volume is not a restored one")
 }
+
+// A restore's marks in a skipped top-level directory leave the sum as it
+// was; the same files anywhere else, or unskipped, change it.
+func TestSumSkipsATopLevelDirectory(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	g.Expect(Write(dir, "shop/data-0", 4)).To(Succeed())
+	want, err := Sum(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.MkdirAll(filepath.Join(dir, ".velero"), 0o755)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(dir, ".velero", "3f9d2f0a"), nil, 0o644)).To(Succeed())
+	g.Expect(Sum(dir, ".velero")).To(Equal(want))
+	g.Expect(Sum(dir)).NotTo(Equal(want), "not skipped")
+	g.Expect(os.MkdirAll(filepath.Join(dir, "part-0", ".velero"), 0o755)).To(Succeed())
+	g.Expect(os.WriteFile(filepath.Join(dir, "part-0", ".velero", "x"), nil, 0o644)).To(Succeed())
+	g.Expect(Sum(dir, ".velero")).NotTo(Equal(want), "only the top level's is skipped")
+}
