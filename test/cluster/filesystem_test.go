@@ -176,7 +176,22 @@ func fileSystemBackups() {
 		slowLocation(ctx)
 		run(ctx, "velero backup create fs-observed --include-namespaces fs-shop --default-volumes-to-fs-backup --storage-location slow")
 		By("the PodVolumeBackups mirrored, their bytes moving over the slow link")
+		// Held part-way for a moment, so that itemops, which writes moving
+		// progress once per progress interval, shows it part-way however
+		// fast the link is today.
+		DeferCleanup(func() { _ = os.Remove(s.SlowLinkPause()) })
+		Eventually(func(g Gomega) int64 {
+			list := &velerov1api.PodVolumeBackupList{}
+			g.Expect(s.Client.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingLabels{velerov1api.BackupNameLabel: "fs-observed"})).To(Succeed())
+			var done int64
+			for _, p := range list.Items {
+				done = max(done, p.Status.Progress.BytesDone)
+			}
+			return done
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).Should(BeNumerically(">", 0))
+		Expect(os.WriteFile(s.SlowLinkPause(), nil, 0o644)).To(Succeed())
 		mirrorsMoving(ctx, "Backup", "fs-observed", 2)
+		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
 		Expect(run(ctx, "kubectl get itemoperations -n velero -l itemops.io/parent-name=fs-observed")).To(MatchRegexp(`MIRRORS[\s\S]*PodVolumeBackup`))
 		Eventually(backupPhase("fs-observed")).WithContext(ctx).WithTimeout(5 * time.Minute).Should(Equal(velerov1api.BackupPhaseCompleted))
 		Eventually(func(g Gomega) map[string]string { return mirrorEnds(g, "Backup", "fs-observed") }).WithContext(ctx).WithTimeout(time.Minute).
