@@ -212,7 +212,8 @@ func fileSystemBackups() {
 			return pod.Status.Phase
 		}).WithContext(ctx).WithTimeout(2*time.Minute).Should(Equal(corev1.PodRunning),
 			func() string { return s.Diagnose(context.WithoutCancel(ctx), "fs-shop-restored") })
-		GinkgoWriter.Printf("the restore helper said:\n%s\n", run(ctx, "kubectl -n fs-shop-restored logs app -c restore-wait"))
+		Expect(run(ctx, "kubectl -n fs-shop-restored logs app -c restore-wait")).To(ContainSubstring("All restic restores are done"),
+			"Velero's restore helper found each volume restored")
 		for _, claim := range []string{"data-0", "data-1"} {
 			Expect(restoredVolumeSum(ctx, "fs-shop-restored", claim)).To(Equal(volumeSums["fs-shop/"+claim]), "restored volume %s", claim)
 		}
