@@ -180,15 +180,19 @@ func fileSystemBackups() {
 		// progress once per progress interval, shows it part-way however
 		// fast the link is today.
 		DeferCleanup(func() { _ = os.Remove(s.SlowLinkPause()) })
-		Eventually(func(g Gomega) int64 {
+		// kopia counts bytes before it knows the total: held once one is
+		// known to be part-way.
+		Eventually(func(g Gomega) []string {
 			list := &velerov1api.PodVolumeBackupList{}
 			g.Expect(s.Client.List(ctx, list, client.InNamespace(s.Namespace), client.MatchingLabels{velerov1api.BackupNameLabel: "fs-observed"})).To(Succeed())
-			var done int64
+			var partWay []string
 			for _, p := range list.Items {
-				done = max(done, p.Status.Progress.BytesDone)
+				if done, total := p.Status.Progress.BytesDone, p.Status.Progress.TotalBytes; done > 0 && done < total {
+					partWay = append(partWay, p.Name)
+				}
 			}
-			return done
-		}).WithContext(ctx).WithTimeout(3 * time.Minute).Should(BeNumerically(">", 0))
+			return partWay
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(200 * time.Millisecond).ShouldNot(BeEmpty())
 		Expect(os.WriteFile(s.SlowLinkPause(), nil, 0o644)).To(Succeed())
 		mirrorsMoving(ctx, "Backup", "fs-observed", 2)
 		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
