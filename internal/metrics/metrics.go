@@ -289,9 +289,10 @@ var (
 		itemopsv1alpha1.WaitingNodeAgentBusy, itemopsv1alpha1.WaitingRepositoryNotReady, itemopsv1alpha1.WaitingPodGone,
 		itemopsv1alpha1.WaitingNodeAgentRestarted, itemopsv1alpha1.WaitingLocationUnavailable,
 	}, pluginCauses...)
-	// A file-system backup or restore exposes no snapshot and no volume.
+	// A file-system backup or restore exposes no snapshot and no volume,
+	// and its pod is put on its node by node-agent, not the scheduler.
 	mirrorCauses = append([]string{
-		itemopsv1alpha1.WaitingPodUnschedulable, itemopsv1alpha1.WaitingPodNotRunning, itemopsv1alpha1.WaitingNoNodeAgent,
+		itemopsv1alpha1.WaitingPodNotRunning, itemopsv1alpha1.WaitingNoNodeAgent,
 		itemopsv1alpha1.WaitingNodeAgentBusy, itemopsv1alpha1.WaitingRepositoryNotReady, itemopsv1alpha1.WaitingPodGone,
 		itemopsv1alpha1.WaitingNodeAgentRestarted, itemopsv1alpha1.WaitingLocationUnavailable,
 	}, pluginCauses...)

@@ -306,7 +306,6 @@ func TestMirrorsHaveTheSeriesOfTheirKind(t *testing.T) {
 itemops_operations_stalled{plugin="node-agent",plugin_kind="PodVolumeBackup"} 1
 # HELP itemops_operations_waiting Unfinished ItemOperations waiting on a cause (condition Waiting=True), by plugin and cause (its reason).
 # TYPE itemops_operations_waiting gauge
-itemops_operations_waiting{cause="PodUnschedulable",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
 itemops_operations_waiting{cause="PodNotRunning",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
 itemops_operations_waiting{cause="NoNodeAgent",plugin="node-agent",plugin_kind="PodVolumeBackup"} 0
 itemops_operations_waiting{cause="NodeAgentBusy",plugin="node-agent",plugin_kind="PodVolumeBackup"} 1
