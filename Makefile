@@ -89,7 +89,7 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	@# after another, the control plane came sooner and those programs later,
 	@# and test/cluster's lane outlived its TIMEOUT); the other Ginkgo suites
 	@# wait for them (hack/test.sh); and the check of generated files, vet, the pinned
-	@# promtool and bundle writer and the programs only test/release runs
+	@# promtool, Prometheus and bundle writer and the programs only test/release runs
 	@# (cosign, opm, cyclonedx-gomod), which it does not need, run at the
 	@# lowest priority beside the suites, taking the CPU they leave from the
 	@# start; what they find is printed at the end. What those download
@@ -104,8 +104,8 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  { hack/cached-binary.sh snapshot-controller && hack/cached-binary.sh csi-provisioner; } > /dev/null 2> "$$csi_out" & csi=$$!; \
 	  go -C hack/tools/image build -o /dev/null . & image=$$!; \
 	  hack/cluster-packages.sh & packages=$$!; \
-	  { go -C hack/tools/prometheus list -deps -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool ./promql-names > /dev/null && \
-	    nice -n 19 go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool ./promql-names; } & promtool=$$!; \
+	  { go -C hack/tools/prometheus list -deps -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus ./promql-names > /dev/null && \
+	    nice -n 19 go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus ./promql-names; } & promtool=$$!; \
 	  { go -C hack/tools/bundle list -deps . > /dev/null && nice -n 19 go -C hack/tools/bundle build -o /dev/null .; } & bundle=$$!; \
 	  release=0; if [ -z '$(LABELS)$(FOCUS)' ]; then \
 	    { hack/go-std.sh && for b in cosign opm cyclonedx-gomod; do ITEMOPS_BUILD_NICE=19 hack/cached-binary.sh "$$b" || exit; done; } > /dev/null 2>&1 & release=$$!; \

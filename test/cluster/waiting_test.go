@@ -542,10 +542,24 @@ EOF`)
 		Eventually(func(g Gomega) float64 {
 			return gaugeValue(g, scrape(g), `itemops_backup_queue_oldest_seconds{phase="Queued"}`)
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(BeNumerically(">", first))
+		By("the queue in a real Prometheus with the chart's alerts (waitingInQueueFor: 20): ItemOpsBackupWaitingInQueue fires behind the Backup that does not end, ItemOpsBackupQueueStuck does not")
+		prom := startPrometheus(ctx, "--set metrics.prometheusRule.waitingInQueueFor=20")
+		Eventually(func(g Gomega) []float64 {
+			return queryValues(ctx, g, prom, `itemops_backup_queue_backups{namespace="velero",phase="Queued"}`)
+		}).WithContext(ctx).WithTimeout(time.Minute).Should(Equal([]float64{1}))
+		Eventually(func(g Gomega) map[string]string {
+			return alertStates(ctx, g, prom)
+		}).WithContext(ctx).WithTimeout(2*time.Minute).Should(HaveKeyWithValue("ItemOpsBackupWaitingInQueue", "firing"))
+		Expect(alertStates(ctx, Default, prom)).NotTo(HaveKey("ItemOpsBackupQueueStuck"), "a Backup runs: the queue is not stuck")
 		Expect(os.Remove(refuseFile)).To(Succeed())
 		for _, name := range []string{"why-first", "why-queued"} {
 			Eventually(backupPhase(name)).WithContext(ctx).WithTimeout(4*time.Minute).Should(Equal(velerov1api.BackupPhaseCompleted), name)
 		}
+		By("resolved once the queue let it go")
+		Eventually(func(g Gomega) map[string]string {
+			return alertStates(ctx, g, prom)
+		}).WithContext(ctx).WithTimeout(time.Minute).ShouldNot(HaveKey("ItemOpsBackupWaitingInQueue"))
+		Expect(queryValues(ctx, Default, prom, `itemops_backup_queue_oldest_seconds{namespace="velero",phase="Queued"}`)).To(Equal([]float64{0}))
 	})
 
 	It("why an operation waits: no node-agent on the node is NoNodeAgent, until its DaemonSet runs there again", func(ctx SpecContext) {

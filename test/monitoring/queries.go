@@ -19,14 +19,16 @@ package monitoring
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // Where the monitoring files lie in the checkout.
@@ -83,17 +85,36 @@ func ReadRules(root string) (RuleGroups, error) {
 	if err != nil {
 		return RuleGroups{}, err
 	}
-	var rule struct {
-		Kind string     `json:"kind"`
-		Spec RuleGroups `json:"spec"`
-	}
-	if err := yaml.Unmarshal(data, &rule); err != nil {
+	g, err := RulesIn(data)
+	if err != nil {
 		return RuleGroups{}, fmt.Errorf("%s: %w", RulesFile, err)
 	}
-	if rule.Kind != "PrometheusRule" || len(rule.Spec.Groups) == 0 {
-		return RuleGroups{}, fmt.Errorf("%s holds no PrometheusRule with rule groups", RulesFile)
+	return g, nil
+}
+
+// RulesIn returns the rule groups of the one PrometheusRule among
+// manifests: YAML documents, as helm template renders them.
+func RulesIn(manifests []byte) (RuleGroups, error) {
+	var found []RuleGroups
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifests), 4096)
+	for {
+		var doc struct {
+			Kind string     `json:"kind"`
+			Spec RuleGroups `json:"spec"`
+		}
+		if err := decoder.Decode(&doc); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return RuleGroups{}, err
+		}
+		if doc.Kind == "PrometheusRule" {
+			found = append(found, doc.Spec)
+		}
 	}
-	return rule.Spec, nil
+	if len(found) != 1 || len(found[0].Groups) == 0 {
+		return RuleGroups{}, fmt.Errorf("%d PrometheusRules, not one with rule groups", len(found))
+	}
+	return found[0], nil
 }
 
 // Alerts returns the names of the alerts, in order.
