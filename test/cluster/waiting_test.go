@@ -549,7 +549,7 @@ EOF`)
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Equal([]float64{1}))
 		Eventually(func(g Gomega) map[string]string {
 			return alertStates(ctx, g, prom)
-		}).WithContext(ctx).WithTimeout(2*time.Minute).Should(HaveKeyWithValue("ItemOpsBackupWaitingInQueue", "firing"))
+		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(HaveKeyWithValue("ItemOpsBackupWaitingInQueue", "firing"))
 		Expect(alertStates(ctx, Default, prom)).NotTo(HaveKey("ItemOpsBackupQueueStuck"), "a Backup runs: the queue is not stuck")
 		Expect(os.Remove(refuseFile)).To(Succeed())
 		for _, name := range []string{"why-first", "why-queued"} {
