@@ -262,9 +262,9 @@ func (w *wiring) setupReconcilers() error {
 		{"volume snapshot", &controllers.VolumeSnapshotReconciler{Client: c, Recorder: w.recorder, Store: w.objectStorage,
 			Stores: w.stores, Manage: manage, NonDurable: controllers.NonDurableSnapshots(w.opts.NonDurableSnapshots)}},
 		{"restore snapshot", &controllers.RestoreSnapshotReconciler{Client: c, Recorder: w.recorder, Stores: w.stores}},
-		{"PodVolumeBackup", &controllers.PodVolumeReconciler{Client: c, Recorder: w.recorder, Kind: itemopsv1alpha1.MirrorKindPodVolumeBackup,
+		{"PodVolumeBackup", &controllers.PodVolumeReconciler{Client: c, APIReader: w.mgr.GetAPIReader(), Recorder: w.recorder, Kind: itemopsv1alpha1.MirrorKindPodVolumeBackup,
 			Namespace: w.opts.VeleroNamespace}},
-		{"PodVolumeRestore", &controllers.PodVolumeReconciler{Client: c, Recorder: w.recorder, Kind: itemopsv1alpha1.MirrorKindPodVolumeRestore,
+		{"PodVolumeRestore", &controllers.PodVolumeReconciler{Client: c, APIReader: w.mgr.GetAPIReader(), Recorder: w.recorder, Kind: itemopsv1alpha1.MirrorKindPodVolumeRestore,
 			Namespace: w.opts.VeleroNamespace}},
 	}
 	if manage {

@@ -21,7 +21,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -54,8 +53,10 @@ const reasonMirrorRefused kube.EventReason = "MirrorRefused"
 // history and are not mirrored: installing itemops beside a Velero that
 // kept ten thousand of them creates nothing for them.
 type PodVolumeReconciler struct {
-	Client   client.Client
-	Recorder record.EventRecorder
+	Client client.Client
+	// APIReader reads a parent the cache has not seen yet around it.
+	APIReader client.Reader
+	Recorder  record.EventRecorder
 	// Kind is the kind mirrored: PodVolumeBackup or PodVolumeRestore.
 	Kind itemopsv1alpha1.MirrorKind
 	// Namespace, when set, is Velero's: objects elsewhere are not Velero's
@@ -126,20 +127,29 @@ func (r *PodVolumeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 }
 
 // parent reads the Backup or Restore that controls pv, and reports whether
-// it exists with the UID pv names.
+// it exists with the UID pv names. A parent the cache lacks (or holds with
+// another UID) is read again from the API server: Velero creates the
+// parent first, but the two kinds reach the cache through informers of
+// their own, and an object not mirrored now is looked at again only when
+// its phase changes.
 func (r *PodVolumeReconciler) parent(ctx context.Context, namespace string, pv podVolume) (client.Object, bool, error) {
-	var parent client.Object = &velerov1api.Backup{}
-	if pv.parentKind() == itemopsv1alpha1.ParentKindRestore {
-		parent = &velerov1api.Restore{}
+	fresh := func() client.Object {
+		if pv.parentKind() == itemopsv1alpha1.ParentKindRestore {
+			return &velerov1api.Restore{}
+		}
+		return &velerov1api.Backup{}
 	}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: pv.parent.Name}, parent)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, false, nil
-	case err != nil:
+	key := types.NamespacedName{Namespace: namespace, Name: pv.parent.Name}
+	parent := fresh()
+	found, err := readParent(ctx, r.Client, key, string(pv.parent.UID), parent)
+	if err == nil && !found && r.APIReader != nil {
+		parent = fresh()
+		found, err = readParent(ctx, r.APIReader, key, string(pv.parent.UID), parent)
+	}
+	if err != nil {
 		return nil, false, fmt.Errorf("reading %s %s: %w", pv.parentKind(), pv.parent.Name, err)
 	}
-	return parent, parent.GetUID() == pv.parent.UID, nil
+	return parent, found, nil
 }
 
 // parentEnded reports whether a Backup or Restore has ended (or is being

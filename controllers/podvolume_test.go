@@ -95,7 +95,7 @@ func updatePVB(g Gomega, pvb *velerov1api.PodVolumeBackup, edit func(*velerov1ap
 }
 
 var _ = Describe("File-system backups mirrored as ItemOperations", Label("envtest"), func() {
-	const within = 10 * time.Second
+	const within = 30 * time.Second
 
 	It("follows a PodVolumeBackup through every phase, with its bytes, and ends as Velero ended it", func() {
 		t := GinkgoTB()

@@ -144,8 +144,8 @@ var _ = BeforeSuite(func() {
 		NewBackupReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4, Stores: stores}),
 		NewRestoreReconciler(mgr.GetClient(), mgr.GetEventRecorderFor("itemops"), ParentOptions{Store: files, Manage: true, MaxConcurrentReconciles: 4, Stores: stores}),
 		&VolumeSnapshotReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("itemops"), Store: files, Clock: clock.RealClock{}, Stores: stores},
-		&PodVolumeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("itemops"), Kind: itemopsv1alpha1.MirrorKindPodVolumeBackup, Namespace: envtest.VeleroNamespace},
-		&PodVolumeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorderFor("itemops"), Kind: itemopsv1alpha1.MirrorKindPodVolumeRestore, Namespace: envtest.VeleroNamespace},
+		&PodVolumeReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("itemops"), Kind: itemopsv1alpha1.MirrorKindPodVolumeBackup, Namespace: envtest.VeleroNamespace},
+		&PodVolumeReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorderFor("itemops"), Kind: itemopsv1alpha1.MirrorKindPodVolumeRestore, Namespace: envtest.VeleroNamespace},
 	} {
 		Expect(r.SetupWithManager(mgr)).To(Succeed())
 	}
