@@ -48,7 +48,7 @@ var _ = Describe("A PodVolumeBackup's parent", Label("unit"), func() {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "nightly-x7k2p", UID: "pvb-uid",
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "velero.io/v1", Kind: "Backup", Name: "nightly", UID: "backup-uid",
 				Controller: ptr.To(true)}}},
-		Spec: velerov1api.PodVolumeBackupSpec{Node: "node-1", Volume: "data", Pod: corev1.ObjectReference{Kind: "Pod", Namespace: "shop", Name: "web"}},
+		Spec:   velerov1api.PodVolumeBackupSpec{Node: "node-1", Volume: "data", Pod: corev1.ObjectReference{Kind: "Pod", Namespace: "shop", Name: "web"}},
 		Status: velerov1api.PodVolumeBackupStatus{Phase: velerov1api.PodVolumeBackupPhaseInProgress},
 	}
 	mirror := types.NamespacedName{Namespace: "velero",
