@@ -178,11 +178,15 @@ func waitEnds(ctx context.Context, kind, parent string, want string, waited map[
 // spec making them, for as long as one poll can catch: every movement waits
 // while the CSI driver cuts its snapshot (SnapshotNotReady), and a
 // namespace's first movement to a location while Velero initializes its
-// repository (RepositoryNotReady). waitEnds accepts one Event of such a
-// cause beside the ones made, never more.
+// repository (RepositoryNotReady); and on a loaded machine a transfer
+// whose bytes stand still for --not-moving-after while kopia prepares it
+// (NotMoving: a first make test, building beside the suite, showed it
+// once on a DataUpload that waited its turn of loadConcurrency). waitEnds
+// accepts one Event of such a cause beside the ones made, never more.
 var passing = map[string]bool{
 	itemopsv1alpha1.WaitingSnapshotNotReady:   true,
 	itemopsv1alpha1.WaitingRepositoryNotReady: true,
+	itemopsv1alpha1.WaitingNotMoving:          true,
 }
 
 func parentPhase(g Gomega, kind, name string) string {
