@@ -82,7 +82,7 @@ func (r *ItemOperationReconciler) explain(ctx context.Context, op *itemopsv1alph
 		if c := meta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionProgressing); c != nil && strings.HasPrefix(c.Message, pluginReported) {
 			reported = c.Message
 		}
-		c := why.CancelRequested(why.RunnerOf(op), cancelAt(op), r.veleroRecords(op), reported)
+		c := why.CancelPending(why.PendingCancel{Runner: why.RunnerOf(op), At: cancelAt(op), VeleroRecords: r.veleroRecords(op), Reported: reported})
 		cause = &c
 	}
 	stalled := meta.IsStatusConditionTrue(op.Status.Conditions, itemopsv1alpha1.ConditionStalled)

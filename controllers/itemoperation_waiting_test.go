@@ -316,7 +316,11 @@ var _ = Describe("Why an operation waits where Velero is stuck", Label("envtest"
 			return env.Client.Update(ctx, du)
 		}, within).Should(Succeed())
 		g.Eventually(waiting(op), within, testSync).Should(Equal("True/CancelPending, waitingFor=CancelPending"))
-		g.Expect(waitingMessage(g, op)).To(And(ContainSubstring("spec.cancel is set on DataUpload "+name+", which is Accepted"),
+		// CancelPending is shown from the request on; that spec.cancel is
+		// set, once the cache has it.
+		g.Eventually(func(g Gomega) string { return waitingMessage(g, op) }, within, testSync).Should(And(
+			HavePrefix("itemops asked the plugin "+itemopsv1alpha1.DataUploadPlugin+" to cancel at "),
+			ContainSubstring("spec.cancel is set on DataUpload "+name+", which is Accepted"),
 			ContainSubstring("meanwhile DataUpload "+name+" is Accepted"), ContainSubstring("once it has seen the request for 5m0s")))
 		g.Consistently(phaseOf(op), 5*testSync, testSync).Should(Equal(itemopsv1alpha1.OperationPhaseCanceling), "a request, not an outcome")
 
@@ -332,7 +336,8 @@ var _ = Describe("Why an operation waits where Velero is stuck", Label("envtest"
 		}, within).Should(Succeed())
 		g.Consistently(waiting(op), 5*testSync, testSync).Should(Equal("True/CancelPending, waitingFor=CancelPending"))
 		g.Expect(phaseOf(op)(g)).To(Equal(itemopsv1alpha1.OperationPhaseCanceling))
-		g.Expect(eventMessages(g, op, EventWaiting)).To(ConsistOf(HavePrefix("NodeAgentRestarted: "), HavePrefix("PodGone: "), HavePrefix("CancelPending: ")))
+		g.Eventually(func(g Gomega) []string { return eventMessages(g, op, EventWaiting) }, within, testSync).
+			Should(ConsistOf(HavePrefix("NodeAgentRestarted: "), HavePrefix("PodGone: "), HavePrefix("CancelPending: ")))
 	})
 
 	It("a transfer whose location Velero found Unavailable waits on LocationUnavailable, until it is Available", func() {

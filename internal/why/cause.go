@@ -64,6 +64,8 @@ type Movement struct {
 	// Kind is DataUpload or DataDownload; Namespace is Velero's.
 	Kind, Namespace, Name string
 	Phase                 string
+	// Runner is who runs the operation the movement belongs to.
+	Runner Runner
 	// Node is where the data path runs (status.node), AcceptedBy the
 	// node-agent that exposes it (status.acceptedByNode).
 	Node, AcceptedBy string
@@ -151,12 +153,14 @@ func cmpOr(s, or string) string {
 
 // Diagnose is the cause a data movement waits on, or nil when nothing
 // holds it (it runs, or ended, or waits on nothing itemops can name). A
-// movement whose cancel was requested waits on that cancel: what Velero
-// does with the request in its phase, and what else holds it.
+// movement whose cancel was requested (its spec.cancel set, or itemops
+// asked for it and the read does not show it yet) waits on that cancel:
+// what Velero does with the request in its phase, and what else holds it.
 func Diagnose(m Movement) *Cause {
 	c := diagnose(m)
-	if m.Cancel && !ended(m.Phase) {
-		return cancelPending(m, c)
+	if (m.Cancel || !m.CancelAt.IsZero()) && !ended(m.Phase) {
+		pending := CancelPending(PendingCancel{Runner: m.Runner, At: m.CancelAt, VeleroRecords: m.VeleroRecords, Movement: &m, Held: c})
+		return &pending
 	}
 	return c
 }
@@ -470,6 +474,11 @@ type Runner struct {
 // RunnerOf is who runs op's data movement.
 func RunnerOf(op *itemopsv1alpha1.ItemOperation) Runner {
 	return Runner{Name: op.MoverName(), Mirror: op.IsMirror()}
+}
+
+// object is the Velero object a mirror follows, for people (PodVolumeBackup NAME).
+func (r Runner) object() string {
+	return strings.Replace(r.Name, "/", " ", 1)
 }
 
 func (r Runner) who() string {

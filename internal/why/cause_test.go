@@ -43,6 +43,7 @@ func nodeAgentPod(node string, phase corev1.PodPhase) corev1.Pod {
 
 func movement(phase string) Movement {
 	return Movement{Kind: "DataUpload", Namespace: "velero", Name: "b1-x7k2p", Phase: phase,
+		Runner:        Runner{Name: itemopsv1alpha1.DataUploadPlugin},
 		NodeAgentPods: []corev1.Pod{nodeAgentPod("node-1", corev1.PodRunning)}}
 }
 
@@ -266,12 +267,19 @@ func TestDiagnose(t *testing.T) {
 			edit: func(m *Movement) {
 				m.Phase, m.AcceptedAt, m.Now, m.Cancel, m.CancelAt = phaseAccepted, t0.Time, t0.Add(4*time.Minute), true, t0.Add(3*time.Minute)
 				m.Volume, m.VeleroRecords = bound(t0.Add(time.Second)), true
-			}, says: []string{"itemops asked the plugin to cancel at 2026-11-28T10:03:00Z", "spec.cancel is set on DataUpload b1-x7k2p, which is Accepted",
+			}, says: []string{"itemops asked the plugin velero.io/csi-pvc-backupper to cancel at 2026-11-28T10:03:00Z", "spec.cancel is set on DataUpload b1-x7k2p, which is Accepted",
 				"meanwhile DataUpload b1-x7k2p is Accepted and its volume", "about 2026-11-28T10:09:00Z", "ends as Velero records it"}},
 		{name: "in progress, cancel requested", reason: itemopsv1alpha1.WaitingCancelPending,
 			edit: func(m *Movement) { m.Phase, m.Cancel = phaseInProgress, true },
 			says: []string{"stops the transfer (Canceling)", "ends as the plugin's progress reports it"}},
+		{name: "in progress, cancel asked by itemops and not read yet, the location unavailable", reason: itemopsv1alpha1.WaitingCancelPending,
+			edit: func(m *Movement) {
+				m.Phase, m.CancelAt, m.Repository = phaseInProgress, t0.Add(3*time.Minute), repo(velerov1api.BackupRepositoryPhaseReady, "")
+				m.Location = location(velerov1api.BackupStorageLocationPhaseUnavailable, "")
+			}, says: []string{"itemops asked the plugin velero.io/csi-pvc-backupper to cancel at 2026-11-28T10:03:00Z",
+				"DataUpload b1-x7k2p is InProgress and its spec.cancel is not set yet", "meanwhile BackupStorageLocation velero/default"}},
 		{name: "canceled: ended", edit: func(m *Movement) { m.Phase, m.Cancel = "Canceled", true }},
+		{name: "canceled, cancel asked by itemops: ended", edit: func(m *Movement) { m.Phase, m.CancelAt = "Canceled", t0.Time }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -408,5 +416,63 @@ func TestMessageEndsOneSentenceOnce(t *testing.T) {
 		if got := (Cause{Evidence: evidence, Action: "Remove the taint"}).Message(); got != want {
 			t.Errorf("Message() = %q, want %q", got, want)
 		}
+	}
+}
+
+// TestCancelPendingOneMessage puts side by side what the two paths say of
+// one pending cancel: the controller's, which has not read the movement,
+// and Diagnose's, before and after the read shows spec.cancel.
+func TestCancelPendingOneMessage(t *testing.T) {
+	at := time.Date(2026, 12, 7, 22, 44, 39, 0, time.UTC)
+	tests := []struct {
+		name          string
+		runner        Runner
+		kind, object  string
+		veleroRecords bool
+		lead, ends    string
+	}{
+		{name: "mirror of a PodVolumeBackup", runner: Runner{Name: "PodVolumeBackup/fs-stall-777c8", Mirror: true},
+			kind: "PodVolumeBackup", object: "fs-stall-777c8", veleroRecords: true,
+			lead: "itemops requested the cancel of PodVolumeBackup fs-stall-777c8 at 2026-12-07T22:44:39Z by its spec.cancel",
+			ends: ". The operation ends as Velero records it"},
+		{name: "Velero's data mover plugin", runner: Runner{Name: itemopsv1alpha1.DataUploadPlugin},
+			kind: "DataUpload", object: "b1-x7k2p",
+			lead: "itemops asked the plugin velero.io/csi-pvc-backupper to cancel at 2026-12-07T22:44:39Z",
+			ends: ". The operation ends as the plugin's progress reports it"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			read := func(phase string, cancel bool) Cause {
+				m := Movement{Kind: tt.kind, Namespace: "velero", Name: tt.object, Phase: phase, Runner: tt.runner,
+					Cancel: cancel, CancelAt: at, VeleroRecords: tt.veleroRecords}
+				c := Diagnose(m)
+				if c == nil {
+					t.Fatalf("no cause for a %s movement whose cancel itemops asked for", phase)
+				}
+				return *c
+			}
+			paths := map[string]Cause{
+				"not read":                CancelPending(PendingCancel{Runner: tt.runner, At: at, VeleroRecords: tt.veleroRecords}),
+				"read before spec.cancel": read(phaseInProgress, false),
+				"read with spec.cancel":   read(phaseCanceling, true),
+			}
+			for path, c := range paths {
+				if c.Reason != itemopsv1alpha1.WaitingCancelPending {
+					t.Errorf("%s: reason %s, want %s", path, c.Reason, itemopsv1alpha1.WaitingCancelPending)
+				}
+				if lead, _, _ := strings.Cut(c.Evidence, "; "); lead != tt.lead {
+					t.Errorf("%s: evidence %q begins %q, want %q", path, c.Evidence, lead, tt.lead)
+				}
+				if !strings.HasPrefix(c.Action, "The cancel is a request: ") || !strings.HasSuffix(c.Action, tt.ends) {
+					t.Errorf("%s: action %q", path, c.Action)
+				}
+			}
+			if got := paths["not read"].Evidence; got != tt.lead+"; it has not ended" {
+				t.Errorf("not read: evidence %q", got)
+			}
+			if got, want := paths["read with spec.cancel"].Evidence, "spec.cancel is set on "+tt.kind+" "+tt.object+", which is Canceling"; !strings.HasSuffix(got, want) {
+				t.Errorf("read: evidence %q does not end %q", got, want)
+			}
+		})
 	}
 }

@@ -104,7 +104,7 @@ func (g *Gatherer) Cause(ctx context.Context, op *itemopsv1alpha1.ItemOperation,
 // its phase. found is false when no DataUpload or DataDownload carries the
 // operation's ID yet, or the mirrored object is gone.
 func (g *Gatherer) Movement(ctx context.Context, op *itemopsv1alpha1.ItemOperation) (m Movement, found bool, err error) {
-	m.Namespace = op.Namespace
+	m.Namespace, m.Runner = op.Namespace, RunnerOf(op)
 	var src source
 	if op.IsMirror() {
 		src, found, err = g.podVolume(ctx, op, &m)

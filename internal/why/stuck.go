@@ -158,41 +158,94 @@ func locationCause(m Movement) *Cause {
 	}
 }
 
-// cancelPending is the cause of a movement whose spec.cancel is set and
-// that has not ended: what node-agent does with the request in its phase,
-// and what else holds it (held, possibly nil).
-func cancelPending(m Movement, held *Cause) *Cause {
-	evidence := fmt.Sprintf("spec.cancel is set on %s %s, which is %s", m.Kind, m.Name, cmpOr(m.Phase, phaseNew))
-	if !m.CancelAt.IsZero() {
-		evidence = fmt.Sprintf("itemops asked the plugin to cancel at %s; ", stamp(m.CancelAt)) + evidence
+// PendingCancel is what is known of an operation whose cancel was requested
+// and that has not ended: who asked and when, and what the reading of its
+// data movement found, when it was read.
+type PendingCancel struct {
+	Runner Runner
+	// At is when itemops asked for the cancel (zero when itemops did not:
+	// a spec.cancel someone else set).
+	At time.Time
+	// VeleroRecords: Velero records the operation's end, not the plugin's
+	// progress.
+	VeleroRecords bool
+	// Reported is what the plugin said of its end, when it did and Velero
+	// has not recorded it yet.
+	Reported string
+	// Movement is the data movement as read; nil when it was not read (an
+	// operation of another plugin, or a reading that failed).
+	Movement *Movement
+	// Held is what else holds the movement, possibly nil.
+	Held *Cause
+}
+
+// CancelPending is the cause of an operation whose cancel is pending, the
+// one message of that state whichever path computes it: who asked and
+// when, then what was read of it (its object's spec.cancel and phase, what
+// node-agent does with the request in that phase, what else holds it), or,
+// not read, that it has not ended.
+func CancelPending(p PendingCancel) Cause {
+	var said []string
+	if !p.At.IsZero() {
+		if p.Runner.Mirror {
+			said = append(said, fmt.Sprintf("itemops requested the cancel of %s at %s by its spec.cancel", p.Runner.object(), stamp(p.At)))
+		} else {
+			said = append(said, fmt.Sprintf("itemops asked the plugin %s to cancel at %s", p.Runner.Name, stamp(p.At)))
+		}
 	}
-	var rule string
+	rule := "the plugin " + p.Runner.Name + " ends it"
+	if p.Runner.Mirror {
+		rule = "node-agent ends " + p.Runner.object() + " once it sees the request"
+	}
+	switch m := p.Movement; {
+	case m != nil:
+		phase := cmpOr(m.Phase, phaseNew)
+		if m.Cancel {
+			said = append(said, fmt.Sprintf("spec.cancel is set on %s %s, which is %s", m.Kind, m.Name, phase))
+		} else {
+			said = append(said, fmt.Sprintf("%s %s is %s and its spec.cancel is not set yet", m.Kind, m.Name, phase))
+		}
+		if p.Held != nil {
+			said = append(said, "meanwhile "+strings.TrimSuffix(p.Held.Evidence, "."))
+		}
+		rule = cancelRule(*m, p.At)
+	case p.Reported != "":
+		said = append(said, p.Reported)
+	default:
+		said = append(said, "it has not ended")
+	}
+	ends := "The operation ends as the plugin's progress reports it"
+	if p.VeleroRecords {
+		ends = "The operation ends as Velero records it"
+	}
+	return Cause{
+		Reason:   itemopsv1alpha1.WaitingCancelPending,
+		Evidence: strings.Join(said, "; "),
+		Action:   "The cancel is a request: " + rule + ". " + ends,
+	}
+}
+
+// cancelRule is what node-agent does with a movement's cancel in its
+// phase, requested at (zero when unknown).
+func cancelRule(m Movement, at time.Time) string {
 	switch m.Phase {
-	case "", phaseNew:
-		rule = "node-agent cancels a New " + m.Kind + " at its next look at it"
-		if !anyNodeAgentRunning(m.NodeAgentPods) {
-			rule += ", and no node-agent pod runs (" + runningSummary(m.NodeAgentPods) + ")"
-		}
 	case phaseAccepted:
-		rule = fmt.Sprintf("node-agent cancels an Accepted %s once it has seen the request for %s, at its check every %s (a restart of node-agent starts that count again)",
+		rule := fmt.Sprintf("node-agent cancels an Accepted %s once it has seen the request for %s, at its check every %s (a restart of node-agent starts that count again)",
 			m.Kind, cancelDelayOthers, acceptedResync)
-		if !m.CancelAt.IsZero() {
-			rule += fmt.Sprintf(": about %s", stamp(m.CancelAt.Add(cancelDelayOthers+acceptedResync)))
+		if !at.IsZero() {
+			rule += fmt.Sprintf(": about %s", stamp(at.Add(cancelDelayOthers+acceptedResync)))
 		}
+		return rule
 	case phasePrepared:
-		rule = fmt.Sprintf("node-agent on %s cancels a Prepared %s at its next look at it (at the latest %s after the request)", cmpOr(m.Node, "its node"), m.Kind, acceptedResync)
+		return fmt.Sprintf("node-agent on %s cancels a Prepared %s at its next look at it (at the latest %s after the request)", cmpOr(m.Node, "its node"), m.Kind, acceptedResync)
 	case phaseInProgress, phaseCanceling:
-		rule = fmt.Sprintf("node-agent stops the transfer (Canceling) and records Canceled once the data path has stopped; it forces Canceled %s after the request", cancelDelayInProgress)
+		return fmt.Sprintf("node-agent stops the transfer (Canceling) and records Canceled once the data path has stopped; it forces Canceled %s after the request", cancelDelayInProgress)
 	}
-	c := &Cause{Reason: itemopsv1alpha1.WaitingCancelPending, Evidence: evidence}
-	if held != nil {
-		c.Evidence += "; meanwhile " + strings.TrimSuffix(held.Evidence, ".")
+	rule := "node-agent cancels a New " + m.Kind + " at its next look at it"
+	if !anyNodeAgentRunning(m.NodeAgentPods) {
+		rule += ", and no node-agent pod runs (" + runningSummary(m.NodeAgentPods) + ")"
 	}
-	c.Action = "The cancel is a request: " + rule + ". The operation ends as the plugin's progress reports it"
-	if m.VeleroRecords {
-		c.Action = "The cancel is a request: " + rule + ". The operation ends as Velero records it"
-	}
-	return c
+	return rule
 }
 
 // Server is what Velero's Deployment says of velero server.
@@ -266,35 +319,6 @@ func NotMoving(runner Runner, description string, since time.Time, checked []str
 	c.Action = fmt.Sprintf("Nothing itemops reads holds it; %s runs it: look at what it does (its log, the objects it works on). "+
 		"itemops marks it Stalled if it stays so for the stall period", runner.who())
 	return c
-}
-
-// CancelRequested is the cause of an operation whose cancel was requested
-// at since and that has not ended: who records its end. reported is what
-// the plugin said of its end, when it did and Velero has not recorded it
-// yet.
-func CancelRequested(runner Runner, since time.Time, veleroRecords bool, reported string) Cause {
-	if runner.Mirror {
-		return Cause{
-			Reason:   itemopsv1alpha1.WaitingCancelPending,
-			Evidence: fmt.Sprintf("itemops set spec.cancel of %s at %s, and it has not ended", runner.Name, stamp(since)),
-			Action:   "The cancel is a request: it ends as node-agent ends " + runner.Name,
-		}
-	}
-	plugin := runner.Name
-	who := fmt.Sprintf("it ends when the plugin %s reports it ended", plugin)
-	if veleroRecords {
-		who = fmt.Sprintf("it ends as Velero records it, once the plugin %s reports it ended; Velero polls each operation at its "+
-			"--item-operation-sync-frequency (10s by default)", plugin)
-	}
-	evidence := fmt.Sprintf("itemops asked the plugin %s to cancel the operation at %s, and it has not ended", plugin, stamp(since))
-	if reported != "" {
-		evidence = fmt.Sprintf("itemops asked the plugin %s to cancel the operation at %s; %s", plugin, stamp(since), reported)
-	}
-	return Cause{
-		Reason:   itemopsv1alpha1.WaitingCancelPending,
-		Evidence: evidence,
-		Action:   "The cancel is a request: " + who,
-	}
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -308,7 +308,12 @@ func fileSystemBackups() {
 			got := operationsOf(g, "Backup", "fs-stall")["app:data-0"]
 			return fmt.Sprintf("%s %s", got.Status.Phase, onlyPodVolumeBackup(g, "fs-stall").Status.Phase)
 		}).WithContext(ctx).WithTimeout(2*pollInterval+settle).Should(Equal("Canceling Canceling"), "node-agent cancelling it, and the mirror Canceling")
-		Expect(waitingMessage(operationsOf(Default, "Backup", "fs-stall")["app:data-0"])).To(ContainSubstring("spec.cancel is set on PodVolumeBackup " + pvb.Name))
+		// The message is written at the mirror's next reconcile after
+		// node-agent's write: waited for, not read once.
+		Eventually(func(g Gomega) string { return waitingMessage(operationsOf(g, "Backup", "fs-stall")["app:data-0"]) }).
+			WithContext(ctx).WithTimeout(2*pollInterval + settle).Should(And(
+			HavePrefix("itemops requested the cancel of PodVolumeBackup "+pvb.Name+" at "),
+			ContainSubstring("spec.cancel is set on PodVolumeBackup "+pvb.Name+", which is Canceling")))
 		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
 		Eventually(func(g Gomega) string {
 			got := operationsOf(g, "Backup", "fs-stall")["app:data-0"]
