@@ -241,9 +241,9 @@ func inFlight(ctx context.Context, namespace, backup string) {
 		item{name: "b-runs", size: "4Gi", speed: "64Mi"},
 	)
 	run(ctx, fmt.Sprintf("velero backup create %s --include-namespaces %s", backup, namespace))
-	Eventually(func(g Gomega) []int { return counters(g, backup) }).WithContext(ctx).WithTimeout(2*time.Minute).
-		Should(Equal([]int{2, 0, 1, 1}), "the failure counted, the other operation running")
-	Expect(backupPhase(backup)(Default)).To(Equal(velerov1api.BackupPhaseWaitingForPluginOperationsPartiallyFailed))
+	Eventually(func(g Gomega) []any { return []any{counters(g, backup), backupPhase(backup)(g)} }).WithContext(ctx).WithTimeout(2*time.Minute).
+		Should(Equal([]any{[]int{2, 0, 1, 1}, velerov1api.BackupPhaseWaitingForPluginOperationsPartiallyFailed}),
+			"the failure counted, the other operation running")
 }
 
 // endsCountedOnce waits for a Backup made by inFlight to end and checks
@@ -253,6 +253,7 @@ func inFlight(ctx context.Context, namespace, backup string) {
 func endsCountedOnce(ctx context.Context, backup string, followed bool) {
 	GinkgoHelper()
 	Eventually(backupPhase(backup)).WithContext(ctx).WithTimeout(4 * time.Minute).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
+	// An ended Backup's counters and files no longer change.
 	Expect(counters(Default, backup)).To(Equal([]int{2, 1, 1, 1}), "attempted, completed, failed, errors")
 	if followed {
 		Eventually(func(g Gomega) map[string]string { return summary(operationsOf(g, "Backup", backup)) }).
@@ -463,10 +464,17 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		}))
 		Expect(cancelled(Default, operationsOf(Default, "Backup", "observed"))).To(BeEmpty())
 		By("the data mover's operations moved the volumes' bytes, as node-agent counted them")
-		for name, mib := range map[string]int64{"data-0": 24, "data-1": 40} {
-			op := operationsOf(Default, "Backup", "observed")[name]
-			Expect([]any{op.Status.NCompleted, op.Status.NTotal, op.Status.OperationUnits}).To(Equal([]any{mib << 20, mib << 20, "Bytes"}), name)
-		}
+		// An operation's last progress may be written after its end.
+		Eventually(func(g Gomega) map[string][]any {
+			out := map[string][]any{}
+			for _, name := range []string{"data-0", "data-1"} {
+				op := operationsOf(g, "Backup", "observed")[name]
+				out[name] = []any{op.Status.NCompleted, op.Status.NTotal, op.Status.OperationUnits}
+			}
+			return out
+		}).WithContext(ctx).WithTimeout(settle).Should(Equal(map[string][]any{
+			"data-0": {int64(24 << 20), int64(24 << 20), "Bytes"}, "data-1": {int64(40 << 20), int64(40 << 20), "Bytes"},
+		}))
 		By("velero backup describe --details")
 		describe := run(ctx, "velero backup describe observed --details")
 		Expect(describe).To(And(
@@ -515,6 +523,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		Eventually(backupPhase("verdict")).WithContext(ctx).WithTimeout(3*time.Minute).Should(BeElementOf(
 			velerov1api.BackupPhaseCompleted, velerov1api.BackupPhasePartiallyFailed, velerov1api.BackupPhaseFailed), "the Backup ends")
 		recorded := veleroRecord(ctx, "verdict")
+		// An ended Backup's phase, counters and files no longer change.
 		Expect(backupPhase("verdict")(Default)).To(Equal(velerov1api.BackupPhasePartiallyFailed), recorded)
 		Expect(counters(Default, "verdict")).To(Equal([]int{1, 0, 1, 1}), func() string {
 			return "Velero's verdict: attempted, completed, failed, errors\n" + recorded()
@@ -524,13 +533,13 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		Eventually(func(g Gomega) {
 			op = operationsOf(g, "Backup", "verdict")["entries"]
 			g.Expect(op.Status.Phase).To(Equal(itemopsv1alpha1.OperationPhaseFailed))
+			differs := apimeta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionDiffersFromVelero)
+			g.Expect(differs).NotTo(BeNil(), "conditions %+v", op.Status.Conditions)
+			g.Expect(differs.Reason).To(Equal(itemopsv1alpha1.ReasonPolledCompleted))
+			g.Expect(differs.Message).To(MatchRegexp(`^Velero recorded Failed \(.+\); (a retry of Progress answered|itemops' own Progress calls saw it) Completed`))
+			g.Expect(op.Status.Error).NotTo(BeEmpty())
+			g.Expect(differs.Message).To(ContainSubstring(op.Status.Error))
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
-		differs := apimeta.FindStatusCondition(op.Status.Conditions, itemopsv1alpha1.ConditionDiffersFromVelero)
-		Expect(differs).NotTo(BeNil(), "conditions %+v", op.Status.Conditions)
-		Expect(differs.Reason).To(Equal(itemopsv1alpha1.ReasonPolledCompleted))
-		Expect(differs.Message).To(MatchRegexp(`^Velero recorded Failed \(.+\); (a retry of Progress answered|itemops' own Progress calls saw it) Completed`))
-		Expect(op.Status.Error).NotTo(BeEmpty())
-		Expect(differs.Message).To(ContainSubstring(op.Status.Error))
 		// Events reach the API server after the status does.
 		Eventually(func(g Gomega) []string {
 			events := &corev1.EventList{}
@@ -666,6 +675,8 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 			return l
 		}).WithContext(ctx).WithTimeout(time.Minute).ShouldNot(BeEmpty())
 		Eventually(backupPhase("managed")).WithContext(ctx).WithTimeout(3 * time.Minute).Should(Equal(velerov1api.BackupPhaseCompleted))
+		// In manage mode itemops ends a Backup only after it wrote each of
+		// its operations' end: read once, they no longer change.
 		ops := operationsOf(Default, "Backup", "managed")
 		Expect(summary(ops)).To(Equal(map[string]string{"stock": sampleDatamover + " Completed", "volume-0": csiBackupper + " Completed"}))
 		Expect(cancelled(Default, ops)).To(BeEmpty())
@@ -711,6 +722,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 		}))
 		Expect(readyManagers(Default)).To(HaveLen(2))
 		Eventually(backupPhase("upgraded")).WithContext(ctx).WithTimeout(3 * time.Minute).Should(Equal(velerov1api.BackupPhaseCompleted))
+		// Manage mode: the operations ended before the Backup did.
 		ops := operationsOf(Default, "Backup", "upgraded")
 		Expect(summary(ops)).To(Equal(map[string]string{"invoices": sampleDatamover + " Completed", "ledger": csiBackupper + " Completed"}))
 		Expect(cancelled(Default, ops)).To(BeEmpty())
@@ -723,6 +735,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "restored"}, r)).To(Succeed())
 			return r.Status.Phase
 		}).WithContext(ctx).WithTimeout(4 * time.Minute).Should(Equal(velerov1api.RestorePhasePartiallyFailed))
+		// Manage mode: the operations ended before the Restore did.
 		Expect(summary(operationsOf(Default, "Restore", "restored"))).To(Equal(map[string]string{
 			"orders":   sampleRestorer + " Completed",
 			"payments": sampleRestorer + " Failed",

@@ -263,7 +263,7 @@ func fileSystemBackups() {
 				}
 				g.Expect(phases).To(And(HaveKeyWithValue("InProgress", 1), HaveKey("Prepared")))
 			})
-		Expect(run(ctx, "kubectl itemops get backup fs-busy -n velero")).To(MatchRegexp(`NodeAgentBusy`))
+		itemopsShows(ctx, "kubectl itemops get backup fs-busy -n velero", MatchRegexp(`NodeAgentBusy`))
 		waitEnds(ctx, "Backup", "fs-busy", string(velerov1api.BackupPhaseCompleted),
 			map[string][]string{op.Name: {itemopsv1alpha1.WaitingNodeAgentBusy}})
 		Eventually(func(g Gomega) map[string]string { return mirrorEnds(g, "Backup", "fs-busy") }).WithContext(ctx).WithTimeout(time.Minute).
@@ -293,7 +293,7 @@ func fileSystemBackups() {
 				}
 				g.Expect(time.Since(changed)).To(BeNumerically(">=", notMoving), "PodVolumeBackup %s's bytes (%d) standing still", pvb.Name, last)
 			})
-		Expect(run(ctx, "kubectl itemops why backup fs-stall -n velero")).To(ContainSubstring("waiting for NotMoving"))
+		itemopsShows(ctx, "kubectl itemops why backup fs-stall -n velero", ContainSubstring("waiting for NotMoving"))
 
 		By("kubectl itemops cancel, naming the PodVolumeBackup")
 		pvb := onlyPodVolumeBackup(Default, "fs-stall")
@@ -320,6 +320,6 @@ func fileSystemBackups() {
 			return fmt.Sprintf("%s %s", got.Status.Phase, onlyPodVolumeBackup(g, "fs-stall").Status.Phase)
 		}).WithContext(ctx).WithTimeout(5*time.Minute).Should(Equal("Canceled Canceled"), "node-agent cancels it, and the mirror ends as it ended")
 		Eventually(backupPhase("fs-stall")).WithContext(ctx).WithTimeout(3 * time.Minute).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
-		Expect(waitingHistory(ctx, op.Name)).To(ContainElement(HavePrefix("Waiting NotMoving")))
+		historyShows(ctx, op.Name, ContainElement(HavePrefix("Waiting NotMoving")))
 	})
 }

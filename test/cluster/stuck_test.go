@@ -26,6 +26,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/types"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -91,13 +92,20 @@ func nodeAgentArgs(ctx context.Context, edit func([]string) []string) {
 	set(ctx, edit(append([]string(nil), original...)))
 }
 
-// whyShown runs kubectl itemops why as a user does and prints what it said
-// (docs/velero.md quotes it).
-func whyShown(ctx context.Context, command string) string {
+// itemopsShows runs a kubectl itemops command as a user does until what it
+// prints matches (what it prints is written by a controller that may not
+// have written it yet), and prints its last output (docs/velero.md quotes
+// it).
+func itemopsShows(ctx context.Context, command string, matcher types.GomegaMatcher) {
 	GinkgoHelper()
-	out := run(ctx, command)
+	var out string
+	Eventually(func(g Gomega) string {
+		var err error
+		out, err = s.Run(ctx, command)
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		return out
+	}).WithContext(ctx).WithTimeout(2*pollInterval+settle).WithPolling(2*time.Second).Should(matcher, "$ %s", command)
 	GinkgoWriter.Printf("$ %s\n%s\n", command, out)
-	return out
 }
 
 // cancelHeld cancels a parent's operations as a user does and waits until
@@ -138,11 +146,11 @@ func veleroStuckManaged() {
 		op := causeShown(ctx, "Backup", "why-restart", "held", itemopsv1alpha1.WaitingNodeAgentRestarted,
 			`started again at .*not busy: 0 of its 1 data path\(s\).*prepare timeout \(4m0s`, unexposed("Backup", "why-restart"))
 		shownAfter("NodeAgentRestarted", restarted)
-		Expect(whyShown(ctx, "kubectl itemops why backup why-restart -n velero")).To(ContainSubstring("waiting for NodeAgentRestarted"))
+		itemopsShows(ctx, "kubectl itemops why backup why-restart -n velero", ContainSubstring("waiting for NodeAgentRestarted"))
 
 		By("a cancel: Canceling, pending on node-agent")
 		cancelled := cancelHeld(ctx, "Backup", "why-restart", "held")
-		Expect(whyShown(ctx, "kubectl itemops why backup why-restart -n velero")).To(MatchRegexp(`waiting for CancelPending: .*spec.cancel is set on DataUpload why-restart-\w+, which is Accepted`))
+		itemopsShows(ctx, "kubectl itemops why backup why-restart -n velero", MatchRegexp(`waiting for CancelPending: .*spec.cancel is set on DataUpload why-restart-\w+, which is Accepted`))
 
 		By("node-agent's prepare timeout fails the upload: the cancel's outcome is Canceled, the Backup PartiallyFailed")
 		Eventually(func(g Gomega) string {
@@ -154,7 +162,7 @@ func veleroStuckManaged() {
 			failed.Sub(restarted).Round(time.Second), failed.Sub(cancelled).Round(time.Second))
 		Eventually(opState("Backup", "why-restart", "held")).WithContext(ctx).WithTimeout(2*pollInterval + settle).Should(Equal("Canceled -"))
 		Eventually(backupPhase("why-restart")).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(velerov1api.BackupPhasePartiallyFailed))
-		Expect(waitingHistory(ctx, op.Name)).To(ContainElements("Waiting NodeAgentRestarted", "Waiting CancelPending"))
+		historyShows(ctx, op.Name, ContainElements("Waiting NodeAgentRestarted", "Waiting CancelPending"))
 	})
 }
 
@@ -176,11 +184,11 @@ func veleroStuckObserved() {
 		op := causeShown(ctx, "Restore", "why-gone", "tainted", itemopsv1alpha1.WaitingPodGone, `the data mover's pod velero/`+name+` does not exist`,
 			unexposed("Restore", "why-gone"))
 		shownAfter("PodGone", deleted)
-		Expect(whyShown(ctx, "kubectl itemops why restore why-gone -n velero")).To(ContainSubstring("waiting for PodGone"))
+		itemopsShows(ctx, "kubectl itemops why restore why-gone -n velero", ContainSubstring("waiting for PodGone"))
 
 		By("a cancel: Canceling, not Canceled, until Velero records an end")
 		cancelled := cancelHeld(ctx, "Restore", "why-gone", "tainted")
-		Expect(whyShown(ctx, "kubectl itemops why restore why-gone -n velero")).To(ContainSubstring("once it has seen the request for 5m0s"))
+		itemopsShows(ctx, "kubectl itemops why restore why-gone -n velero", ContainSubstring("once it has seen the request for 5m0s"))
 		Eventually(func(g Gomega) string {
 			_, phase := onlyMovement(g, "Restore", "why-gone")
 			return phase
@@ -193,7 +201,7 @@ func veleroStuckObserved() {
 			g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "why-gone"}, r)).To(Succeed())
 			return r.Status.Phase
 		}).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(velerov1api.RestorePhasePartiallyFailed))
-		Expect(waitingHistory(ctx, op.Name)).To(ContainElements("Waiting PodGone", "Waiting CancelPending"))
+		historyShows(ctx, op.Name, ContainElements("Waiting PodGone", "Waiting CancelPending"))
 	})
 
 	It("where Velero is stuck: the bucket's server gone mid-upload is LocationUnavailable once Velero finds the location Unavailable, until it is back", func(ctx SpecContext) {
@@ -240,7 +248,7 @@ func veleroStuckObserved() {
 		if bsl.Status.LastValidationTime != nil {
 			shownAfter("LocationUnavailable (from Velero's check)", bsl.Status.LastValidationTime.Time)
 		}
-		Expect(whyShown(ctx, "kubectl itemops why backup why-bucket -n velero")).To(ContainSubstring("waiting for LocationUnavailable"))
+		itemopsShows(ctx, "kubectl itemops why backup why-bucket -n velero", ContainSubstring("waiting for LocationUnavailable"))
 
 		By("the server back: the Backup ends as Velero ends it, itemops agreeing")
 		back(ctx)
@@ -256,7 +264,7 @@ func veleroStuckObserved() {
 			want = "Failed -"
 		}
 		Eventually(opState("Backup", "why-bucket", "far")).WithContext(ctx).WithTimeout(time.Minute).Should(Equal(want))
-		Expect(waitingHistory(ctx, op.Name)).To(ContainElement("Waiting LocationUnavailable"))
+		historyShows(ctx, op.Name, ContainElement("Waiting LocationUnavailable"))
 	})
 
 	It("where Velero is stuck: velero server scaled to 0 while a transfer stands still is VeleroNotRunning, until it runs; then NotMoving until its bytes move", func(ctx SpecContext) {
@@ -294,7 +302,7 @@ func veleroStuckObserved() {
 				g.Expect(time.Since(down)).To(BeNumerically(">=", 30*time.Second+managerDuration(g, "progress-update-interval")))
 			})
 		shownAfter("VeleroNotRunning", down)
-		Expect(whyShown(ctx, "kubectl itemops why backup why-velero -n velero")).To(ContainSubstring("waiting for VeleroNotRunning"))
+		itemopsShows(ctx, "kubectl itemops why backup why-velero -n velero", ContainSubstring("waiting for VeleroNotRunning"))
 		By("velero server back, the link still paused: the transfer stands still and nothing explains it any more")
 		run(ctx, "kubectl -n velero scale deployment velero --replicas=1")
 		Expect(s.WaitAvailable(ctx, s.Namespace, "velero", 3*time.Minute)).To(Succeed())
@@ -304,7 +312,7 @@ func veleroStuckObserved() {
 				g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: "velero"}, d)).To(Succeed())
 				g.Expect(d.Status.ReadyReplicas).To(BeNumerically(">", 0))
 			})
-		Expect(whyShown(ctx, "kubectl itemops why backup why-velero -n velero")).To(ContainSubstring("waiting for NotMoving"))
+		itemopsShows(ctx, "kubectl itemops why backup why-velero -n velero", ContainSubstring("waiting for NotMoving"))
 		By("the link open: Velero completes the Backup")
 		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
 		waitEnds(ctx, "Backup", "why-velero", string(velerov1api.BackupPhaseCompleted),

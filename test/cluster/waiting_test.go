@@ -31,6 +31,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/types"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -136,42 +137,45 @@ func waitEnds(ctx context.Context, kind, parent string, want string, waited map[
 	}).WithContext(ctx).WithTimeout(4 * time.Minute).Should(And(HaveLen(len(waited)),
 		HaveEach(Equal(`Completed False waitingFor=""`))))
 	Eventually(func(g Gomega) string { return parentPhase(g, kind, parent) }).WithContext(ctx).WithTimeout(2 * time.Minute).Should(Equal(want))
-	for name, reasons := range waited {
-		history := waitingHistory(ctx, name)
-		began := map[string]int{}
-		ends := 0
-		for _, h := range history {
-			if _, ended := strings.CutPrefix(h, string(controllers.EventWaitEnded)+" "); ended {
-				ends++
-				continue
+	// The Events are recorded after the status: the last ones are waited for.
+	Eventually(func(g Gomega) {
+		for name, reasons := range waited {
+			history := waitingHistory(g, name)
+			began := map[string]int{}
+			ends := 0
+			for _, h := range history {
+				if _, ended := strings.CutPrefix(h, string(controllers.EventWaitEnded)+" "); ended {
+					ends++
+					continue
+				}
+				began[strings.TrimPrefix(h, string(controllers.EventWaiting)+" ")]++
 			}
-			began[strings.TrimPrefix(h, string(controllers.EventWaiting)+" ")]++
-		}
-		// One Event each time a cause began: after a wait ended or another
-		// cause held the operation, never one per poll. How often a cause
-		// begins is the cluster's (a transfer that starts slowly on a
-		// loaded machine stalls before the spec pauses its link, too), and
-		// the order of Events recorded more than once (their count) is
-		// lost: a cause began at most once more than the changes that
-		// could have ended it.
-		for cause, n := range began {
-			others := 0
-			for c, m := range began {
-				if c != cause {
-					others += m
+			// One Event each time a cause began: after a wait ended or another
+			// cause held the operation, never one per poll. How often a cause
+			// begins is the cluster's (a transfer that starts slowly on a
+			// loaded machine stalls before the spec pauses its link, too), and
+			// the order of Events recorded more than once (their count) is
+			// lost: a cause began at most once more than the changes that
+			// could have ended it.
+			for cause, n := range began {
+				others := 0
+				for c, m := range began {
+					if c != cause {
+						others += m
+					}
+				}
+				g.Expect(n).To(BeNumerically("<=", 1+ends+others),
+					"%s's Waiting Events: %v: more Events for %s than changes between, one per poll", name, history, cause)
+			}
+			for cause := range passing {
+				if !slices.Contains(reasons, cause) && began[cause] == 1 {
+					delete(began, cause)
 				}
 			}
-			Expect(n).To(BeNumerically("<=", 1+ends+others),
-				"%s's Waiting Events: %v: more Events for %s than changes between, one per poll", name, history, cause)
+			g.Expect(slices.Sorted(maps.Keys(began))).To(Equal(slices.Compact(slices.Sorted(slices.Values(reasons)))),
+				"a Waiting Event for each of %s's causes, and no other: %v", name, history)
 		}
-		for cause := range passing {
-			if !slices.Contains(reasons, cause) && began[cause] == 1 {
-				delete(began, cause)
-			}
-		}
-		Expect(slices.Sorted(maps.Keys(began))).To(Equal(slices.Compact(slices.Sorted(slices.Values(reasons)))),
-			"a Waiting Event for each of %s's causes, and no other: %v", name, history)
-	}
+	}).WithContext(ctx).WithTimeout(settle).Should(Succeed())
 }
 
 // passing are the causes that a movement may show on its own, without the
@@ -198,14 +202,21 @@ func parentPhase(g Gomega, kind, name string) string {
 	return string(getBackup(g, name).Status.Phase)
 }
 
+// historyShows waits until an ItemOperation's waitingHistory matches:
+// client-go's recorder writes Events after the status that caused them.
+func historyShows(ctx context.Context, operation string, matcher types.GomegaMatcher) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) []string { return waitingHistory(g, operation) }).WithContext(ctx).WithTimeout(settle).
+		Should(matcher, "the Waiting Events of ItemOperation %s", operation)
+}
+
 // waitingHistory lists an ItemOperation's Waiting and WaitEnded Events in
 // the order they were recorded, each as its reason and cause ("Waiting
 // NoProgress", "WaitEnded NoProgress"); an Event recorded n times (the
 // same message again) is listed n times.
-func waitingHistory(ctx context.Context, operation string) []string {
-	GinkgoHelper()
+func waitingHistory(g Gomega, operation string) []string {
 	events := &corev1.EventList{}
-	Expect(s.Client.List(ctx, events, client.InNamespace(s.Namespace))).To(Succeed())
+	g.Expect(s.Client.List(context.Background(), events, client.InNamespace(s.Namespace))).To(Succeed())
 	var mine []corev1.Event
 	for _, e := range events.Items {
 		if e.InvolvedObject.Kind == "ItemOperation" && e.InvolvedObject.Name == operation &&
@@ -319,7 +330,7 @@ func whyOperationsWait() {
 				g.Expect(c.Reason).To(Equal(corev1.PodReasonUnschedulable))
 				g.Expect(c.Message).To(ContainSubstring("untolerated taint"))
 			})
-		Expect(run(ctx, "kubectl itemops why backup why-taint -n velero")).To(ContainSubstring("waiting for PodUnschedulable"))
+		itemopsShows(ctx, "kubectl itemops why backup why-taint -n velero", ContainSubstring("waiting for PodUnschedulable"))
 		run(ctx, "kubectl taint node "+localcluster.NodeName+" itemops.io/maintenance-")
 		waitEnds(ctx, "Backup", "why-taint", string(velerov1api.BackupPhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingPodUnschedulable}})
 	})
@@ -349,7 +360,7 @@ func whyOperationsWait() {
 		Expect(os.WriteFile(failFile, []byte("snapshot reserve of pool p1 exhausted"), 0o644)).To(Succeed())
 		causeShown(ctx, "Backup", "why-snapshot", "reserve", itemopsv1alpha1.WaitingSnapshotFailed, `snapshot reserve of pool p1 exhausted`,
 			func(g Gomega) { g.Expect(snapshotOf(g).Status.Error).NotTo(BeNil()) })
-		Expect(run(ctx, "kubectl itemops why backup why-snapshot -n velero")).To(ContainSubstring("waiting for SnapshotFailed"))
+		itemopsShows(ctx, "kubectl itemops why backup why-snapshot -n velero", ContainSubstring("waiting for SnapshotFailed"))
 		Expect(os.Remove(failFile)).To(Succeed())
 		waitEnds(ctx, "Backup", "why-snapshot", string(velerov1api.BackupPhaseCompleted),
 			map[string][]string{op.Name: {itemopsv1alpha1.WaitingSnapshotNotReady, itemopsv1alpha1.WaitingSnapshotFailed}})
@@ -379,7 +390,7 @@ func whyOperationsWait() {
 				g.Expect(pod.Status.ContainerStatuses[0].State.Waiting).NotTo(BeNil())
 				g.Expect(pod.Status.ContainerStatuses[0].State.Waiting.Reason).To(Equal("CreateContainerConfigError"))
 			})
-		Expect(run(ctx, "kubectl itemops why backup why-env -n velero")).To(ContainSubstring("waiting for PodNotRunning"))
+		itemopsShows(ctx, "kubectl itemops why backup why-env -n velero", ContainSubstring("waiting for PodNotRunning"))
 		run(ctx, envConfig)
 		waitEnds(ctx, "Backup", "why-env", string(velerov1api.BackupPhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingPodNotRunning}})
 	})
@@ -396,7 +407,7 @@ func whyOperationsWait() {
 				g.Expect(s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, pvc)).To(Succeed())
 				g.Expect(pvc.Status.Phase).To(Equal(corev1.ClaimPending))
 			})
-		Expect(run(ctx, "kubectl itemops why backup why-class -n velero")).To(ContainSubstring("waiting for VolumeNotProvisioned"))
+		itemopsShows(ctx, "kubectl itemops why backup why-class -n velero", ContainSubstring("waiting for VolumeNotProvisioned"))
 		run(ctx, `kubectl apply -f - <<'EOF'
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -428,8 +439,8 @@ EOF`)
 				}
 				g.Expect(phases).To(And(HaveKeyWithValue("InProgress", 1), HaveKey("Prepared")))
 			})
-		Expect(run(ctx, "kubectl itemops why backup why-busy -n velero")).To(ContainSubstring("waiting for NodeAgentBusy"))
-		Expect(run(ctx, "kubectl itemops get backup why-busy -n velero")).To(MatchRegexp(`NodeAgentBusy`))
+		itemopsShows(ctx, "kubectl itemops why backup why-busy -n velero", ContainSubstring("waiting for NodeAgentBusy"))
+		itemopsShows(ctx, "kubectl itemops get backup why-busy -n velero", MatchRegexp(`NodeAgentBusy`))
 		// Behind the first volume, and again behind the other if node-agent
 		// takes that one next: between the two nothing holds it for a moment.
 		waitEnds(ctx, "Backup", "why-busy", string(velerov1api.BackupPhaseCompleted),
@@ -478,7 +489,7 @@ EOF`)
 				}
 				g.Expect(time.Since(changed)).To(BeNumerically(">=", stallAfter+progressUpdateInterval), "DataUpload %s's bytes (%d) standing still", name, last)
 			})
-		Expect(run(ctx, "kubectl itemops why backup why-stall -n velero")).To(ContainSubstring("waiting for NoProgress"))
+		itemopsShows(ctx, "kubectl itemops why backup why-stall -n velero", ContainSubstring("waiting for NoProgress"))
 		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
 		waitEnds(ctx, "Backup", "why-stall", string(velerov1api.BackupPhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingNoProgress}})
 	})
@@ -514,7 +525,7 @@ EOF`)
 				g.Expect(phases).To(HaveLen(1))
 				g.Expect(phases).NotTo(ContainElement(velerov1api.BackupRepositoryPhaseReady))
 			})
-		Expect(run(ctx, "kubectl itemops why backup why-repo -n velero")).To(ContainSubstring("waiting for RepositoryNotReady"))
+		itemopsShows(ctx, "kubectl itemops why backup why-repo -n velero", ContainSubstring("waiting for RepositoryNotReady"))
 		Expect(os.Remove(s.SlowLinkPause())).To(Succeed())
 		waitEnds(ctx, "Backup", "why-repo", string(velerov1api.BackupPhaseCompleted),
 			map[string][]string{op.Name: {itemopsv1alpha1.WaitingPodUnschedulable, itemopsv1alpha1.WaitingRepositoryNotReady}})
@@ -533,8 +544,8 @@ EOF`)
 			b := getBackup(g, "why-queued")
 			return []any{b.Status.Phase, b.Status.QueuePosition}
 		}).WithContext(ctx).WithTimeout(time.Minute).Should(Equal([]any{velerov1api.BackupPhaseQueued, 1}))
-		Expect(run(ctx, "kubectl itemops get backup why-queued -n velero")).To(ContainSubstring("Queued (#1)"))
-		Expect(run(ctx, "kubectl itemops why backup why-queued -n velero")).To(MatchRegexp(`waiting for Queued: it is #1 in Velero's backup queue.*running now: why-first \(InProgress\)`))
+		itemopsShows(ctx, "kubectl itemops get backup why-queued -n velero", ContainSubstring("Queued (#1)"))
+		itemopsShows(ctx, "kubectl itemops why backup why-queued -n velero", MatchRegexp(`waiting for Queued: it is #1 in Velero's backup queue.*running now: why-first \(InProgress\)`))
 		By("the queue in the metrics, as Prometheus scrapes them: one Queued, growing older, behind one InProgress")
 		var first float64
 		Eventually(func(g Gomega) {
@@ -582,7 +593,7 @@ EOF`)
 				_, phase := onlyMovement(g, "Restore", "why-taint-back")
 				g.Expect(phase).To(BeElementOf("", "New"))
 			})
-		Expect(run(ctx, "kubectl itemops why restore why-taint-back -n velero")).To(ContainSubstring("waiting for NoNodeAgent"))
+		itemopsShows(ctx, "kubectl itemops why restore why-taint-back -n velero", ContainSubstring("waiting for NoNodeAgent"))
 		run(ctx, `kubectl -n velero patch daemonset node-agent -p '{"spec":{"template":{"spec":{"nodeSelector":null}}}}'`)
 		waitEnds(ctx, "Restore", "why-taint-back", string(velerov1api.RestorePhaseCompleted), map[string][]string{op.Name: {itemopsv1alpha1.WaitingNoNodeAgent}})
 		Expect(volumeSum(ctx, "why-taint-restored", "tainted")).To(Equal(volumeSums["why-taint/tainted"]), "the restored volume's files")
