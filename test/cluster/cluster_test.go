@@ -378,7 +378,9 @@ func scrapeURL(g Gomega, url, token string) (int, string) {
 
 // EnvContinue set to 1 runs every spec after one that failed, where the
 // suite otherwise stops at its first failure (its specs build on each
-// other): one run then shows the state of all of them (docs/testing.md).
+// other): one run then shows the state of all of them, and a spec that
+// needs what the failed one was to leave is skipped, naming it (needs).
+// hack/test.sh, and so make test, sets it (docs/testing.md).
 const EnvContinue = "ITEMOPS_CLUSTER_CONTINUE"
 
 // ordered are the decorators of the suite's container, and then body.
@@ -444,6 +446,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	})
 
 	It("observe mode: mirrors a Backup's operations while Velero's own controllers end it", func(ctx SpecContext) {
+		leaves(backupObserved)
 		appNamespace(ctx, "shop",
 			item{name: "orders", size: "8Gi", speed: "128Mi"},
 			item{name: "payments", size: "2Gi", speed: "64Mi", failAt: 50},
@@ -568,6 +571,8 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	})
 
 	It("moves to manage mode with two replicas by the README's commands, a Backup counted by Velero in flight", func(ctx SpecContext) {
+		needs(theMode)
+		leaves(theMode)
 		inFlight(ctx, "switch-1", "to-manage")
 		Expect(s.RunREADME(ctx, "manage")).To(Succeed())
 		Expect(s.WaitAvailable(ctx, s.Namespace, "velero", 3*time.Minute)).To(Succeed())
@@ -592,6 +597,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	// a restart, and a Backup beside it ends as usual. In manage mode, where
 	// Velero does not read operations files itself.
 	It("manage mode: a gzip bomb as a Backup's operations file leaves itemops Ready and the other Backups going", func(ctx SpecContext) {
+		needs(theMode)
 		restarts := func(g Gomega) map[string]int32 {
 			out := map[string]int32{}
 			for _, p := range managers(g) {
@@ -659,6 +665,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	})
 
 	It("manage mode: a Backup ends right after its leader pod is force-deleted mid-flight", func(ctx SpecContext) {
+		needs(theMode)
 		appNamespace(ctx, "inventory",
 			item{name: "stock", size: "6Gi", speed: "64Mi"},
 			item{name: "volume-0", mib: 32},
@@ -692,6 +699,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	})
 
 	It("manage mode: a plugin binary swapped from the node under the leader shows PluginBinaryChanged, and is never run", func(ctx SpecContext) {
+		needs(theMode)
 		var pod string
 		Eventually(func(g Gomega) string {
 			pod = leader(g)
@@ -702,6 +710,8 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	})
 
 	It("helm upgrade to a second image tag mid-flight rolls the pods, and the operations end right", func(ctx SpecContext) {
+		needs(theMode)
+		leaves(theMode)
 		appNamespace(ctx, "billing",
 			item{name: "invoices", size: "6Gi", speed: "64Mi"},
 			item{name: "ledger", mib: 32},
@@ -729,6 +739,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	})
 
 	It("restores a Backup: its operations end and decide the Restore's phase", func(ctx SpecContext) {
+		needs(theMode, backupObserved)
 		run(ctx, "velero restore create restored --from-backup observed --namespace-mappings shop:shop-restored")
 		Eventually(func(g Gomega) velerov1api.RestorePhase {
 			r := &velerov1api.Restore{}
@@ -757,6 +768,8 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	fileSystemBackups()
 
 	It("manage -> observe by docs/velero.md's commands, a Backup counted by itemops in flight", func(ctx SpecContext) {
+		needs(theMode)
+		leaves(theMode)
 		inFlight(ctx, "switch-2", "to-observe")
 		Expect(s.RunDoc(ctx, "docs/velero.md", "to-observe")).To(Succeed())
 		Expect(veleroControllers(Default)).To(BeTrue())
@@ -767,6 +780,8 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	veleroStuckObserved()
 
 	It("observe -> manage by docs/velero.md's commands, a Backup counted by Velero in flight", func(ctx SpecContext) {
+		needs(theMode)
+		leaves(theMode)
 		inFlight(ctx, "switch-3", "to-manage-again")
 		Expect(s.RunDoc(ctx, "docs/velero.md", "to-manage")).To(Succeed())
 		Expect(s.WaitAvailable(ctx, s.Namespace, "velero", 3*time.Minute)).To(Succeed())
@@ -775,6 +790,8 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	})
 
 	It("manage -> Velero alone by docs/velero.md's commands, a Backup and a Restore counted by itemops in flight", func(ctx SpecContext) {
+		needs(theMode, backupObserved)
+		leaves(theMode)
 		run(ctx, "velero restore create rolled-back --from-backup observed --namespace-mappings shop:shop-rolled-back")
 		var restoreErrors int
 		Eventually(func(g Gomega) int {
@@ -800,6 +817,8 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	})
 
 	It("Velero alone -> manage by docs/velero.md's commands, a Backup counted by Velero in flight", func(ctx SpecContext) {
+		needs(theMode)
+		leaves(theMode)
 		inFlight(ctx, "switch-5", "from-velero")
 		Expect(s.RunDoc(ctx, "docs/velero.md", "from-velero-to-manage")).To(Succeed())
 		Expect(veleroControllers(Default)).To(BeFalse())
@@ -808,6 +827,7 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 	})
 
 	It("helm uninstall keeps the CRD and the ItemOperations", func(ctx SpecContext) {
+		needs(theMode)
 		list := &itemopsv1alpha1.ItemOperationList{}
 		Expect(s.Client.List(ctx, list, client.InNamespace(s.Namespace))).To(Succeed())
 		before := len(list.Items)

@@ -112,6 +112,7 @@ var stopRestrictedV2 func(context.Context) error
 // Velero's install of the specs before leaves first.
 func openshiftPass() {
 	It("OpenShift: Velero in openshift-adp from a DPA, itemops from it by docs/openshift.md, running as the user restricted-v2 assigns with group 0, observe mode", func(ctx SpecContext) {
+		leaves(veleroOfOpenShift)
 		By("the Velero of the specs before leaves the node (and itemops, when a focused run kept it)")
 		run(ctx, "helm uninstall itemops -n velero --ignore-not-found --wait")
 		run(ctx, "kubectl -n velero delete deployment/velero daemonset/node-agent --wait --timeout=3m")
@@ -168,6 +169,7 @@ func openshiftPass() {
 	})
 
 	It("OpenShift: manage mode through the DPA by docs/openshift.md, then back to observe, then removed", func(ctx SpecContext) {
+		needs(veleroOfOpenShift)
 		// The last spec: restricted-v2's stand-in leaves with it.
 		DeferCleanup(func(ctx SpecContext) {
 			if stopRestrictedV2 != nil {

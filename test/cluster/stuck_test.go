@@ -128,6 +128,7 @@ func shownAfter(what string, fact time.Time) {
 // veleroStuckManaged runs in manage mode, within whyOperationsWait.
 func veleroStuckManaged() {
 	It("where Velero is stuck: node-agent restarted before it exposed an Accepted upload is NodeAgentRestarted; a cancel is Canceling until node-agent's prepare timeout fails it, then Canceled", func(ctx SpecContext) {
+		needs(theMode)
 		appNamespace(ctx, "why-restart", item{name: "held", mib: 8})
 		holdFile := filepath.Join(s.CSIDataDir(), "fail-snapshot", volumeHandle(ctx, "why-restart", "held"))
 		Expect(os.WriteFile(holdFile, nil, 0o644)).To(Succeed())
@@ -169,6 +170,7 @@ func veleroStuckManaged() {
 // veleroStuckObserved runs in observe mode, where Velero records the ends.
 func veleroStuckObserved() {
 	It("where Velero is stuck: a restore's data mover pod deleted while Pending is PodGone; a cancel is Canceling until node-agent cancels it and Velero records it, then Canceled", func(ctx SpecContext) {
+		needs(theMode, backupWhyTaint)
 		taintNode(ctx)
 		run(ctx, "velero restore create why-gone --from-backup why-taint --namespace-mappings why-taint:why-gone")
 		causeShown(ctx, "Restore", "why-gone", "tainted", itemopsv1alpha1.WaitingPodUnschedulable, `untolerated taint`,
@@ -268,6 +270,7 @@ func veleroStuckObserved() {
 	})
 
 	It("where Velero is stuck: velero server scaled to 0 while a transfer stands still is VeleroNotRunning, until it runs; then NotMoving until its bytes move", func(ctx SpecContext) {
+		needs(theMode)
 		run(ctx, "helm upgrade itemops charts/itemops -n velero --reuse-values --set notMovingAfter=30s --wait")
 		DeferCleanup(func(ctx SpecContext) {
 			_ = os.Remove(s.SlowLinkPause())

@@ -129,7 +129,7 @@ var _ = AfterEach(func() {
 		failed = true
 		diagnose()
 		if os.Getenv(EnvContinue) != "1" {
-			GinkgoWriter.Printf("The specs after this one are skipped; to run them too after a failure: %s=1 make test LABELS=cluster\n", EnvContinue)
+			GinkgoWriter.Printf("The specs after this one are skipped; to run them too after a failure: %s=1 (make test sets it)\n", EnvContinue)
 		}
 	}
 })

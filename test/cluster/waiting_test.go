@@ -315,6 +315,7 @@ func onlyMovement(g Gomega, kind, parent string) (string, string) {
 // Velero's data mover that itemops names, and its end.
 func whyOperationsWait() {
 	It("why an operation waits: a taint the data mover's pod does not tolerate is PodUnschedulable, until it is removed", func(ctx SpecContext) {
+		leaves(backupWhyTaint)
 		appNamespace(ctx, "why-taint", item{name: "tainted", mib: 16})
 		taintNode(ctx)
 		run(ctx, "velero backup create why-taint --include-namespaces why-taint --snapshot-move-data")
@@ -578,6 +579,7 @@ EOF`)
 	})
 
 	It("why an operation waits: no node-agent on the node is NoNodeAgent, until its DaemonSet runs there again", func(ctx SpecContext) {
+		needs(backupWhyTaint)
 		run(ctx, `kubectl -n velero patch daemonset node-agent -p '{"spec":{"template":{"spec":{"nodeSelector":{"itemops.io/no-such-node":"true"}}}}}'`)
 		DeferCleanup(func(ctx SpecContext) {
 			_, _ = s.Run(ctx, `kubectl -n velero patch daemonset node-agent -p '{"spec":{"template":{"spec":{"nodeSelector":null}}}}'`)
