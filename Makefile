@@ -75,8 +75,8 @@ ARTIFACTS ?= $(CURDIR)/_artifacts
 # versions (hack/go-align.sh). The race detector (RACE=1) needs cgo: then the
 # test binaries keep Go's defaults.
 ifneq ($(RACE),1)
-test: export CGO_ENABLED := 0
-test: export GOFLAGS := $(strip $(shell go env GOFLAGS) -trimpath -gcflags=all=-dwarf=false)
+test test-quick: export CGO_ENABLED := 0
+test test-quick: export GOFLAGS := $(strip $(shell go env GOFLAGS) -trimpath -gcflags=all=-dwarf=false)
 endif
 test: ## Check generated files, vet, and run every suite, the real Velero end-to-end suites included (LABELS=, FOCUS= run a subset; JUnit reports in _artifacts/).
 	@# The test binaries (kube-apiserver, etcd, velero-plugin-for-aws, velero,
@@ -95,20 +95,25 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	@# start; what they find is printed at the end. What those download
 	@# comes first, at the normal priority: at the lowest, on a loaded new
 	@# machine, the module proxy's TLS handshakes ran out of their 10 s.
-	node_out="$$(mktemp)"; csi_out="$$(mktemp)"; vet_out="$$(mktemp)"; verify_out="$$(mktemp)"; trap 'rm -f "$$node_out" "$$csi_out" "$$vet_out" "$$verify_out"' EXIT; \
-	  { hack/envtest-assets.sh control-plane && hack/envtest-assets.sh; } > /dev/null 2> "$$node_out" & node=$$!; \
-	  hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
-	  hack/cached-binary.sh velero > /dev/null & velero=$$!; \
-	  hack/cached-binary.sh versitygw > /dev/null & s3=$$!; \
-	  hack/cached-binary.sh helm > /dev/null & helm=$$!; \
-	  { hack/cached-binary.sh snapshot-controller && hack/cached-binary.sh csi-provisioner; } > /dev/null 2> "$$csi_out" & csi=$$!; \
+	@# Each build's and each lane's start and end go to ITEMOPS_TEST_TIMES:
+	@# the run ends, red or green, with where its time went
+	@# (test/cmd/testtimes).
+	began="$$(date +%s)"; node_out="$$(mktemp)"; csi_out="$$(mktemp)"; vet_out="$$(mktemp)"; verify_out="$$(mktemp)"; \
+	  export ITEMOPS_TEST_TIMES="$$(mktemp)"; trap 'rm -f "$$node_out" "$$csi_out" "$$vet_out" "$$verify_out" "$$ITEMOPS_TEST_TIMES"' EXIT; \
+	  timed() { echo "build $$1 start $$(date +%s)" >> "$$ITEMOPS_TEST_TIMES"; "$${@:2}" || return; echo "build $$1 end $$(date +%s)" >> "$$ITEMOPS_TEST_TIMES"; }; \
+	  { timed control-plane hack/envtest-assets.sh control-plane && timed node-binaries hack/envtest-assets.sh; } > /dev/null 2> "$$node_out" & node=$$!; \
+	  timed velero-plugin-for-aws hack/velero-plugin-for-aws.sh > /dev/null & aws=$$!; \
+	  timed velero hack/cached-binary.sh velero > /dev/null & velero=$$!; \
+	  timed versitygw hack/cached-binary.sh versitygw > /dev/null & s3=$$!; \
+	  timed helm hack/cached-binary.sh helm > /dev/null & helm=$$!; \
+	  { timed snapshot-controller hack/cached-binary.sh snapshot-controller && timed csi-provisioner hack/cached-binary.sh csi-provisioner; } > /dev/null 2> "$$csi_out" & csi=$$!; \
 	  go -C hack/tools/image build -o /dev/null . & image=$$!; \
 	  hack/cluster-packages.sh & packages=$$!; \
 	  { go -C hack/tools/prometheus list -deps -tags remove_all_sd github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus ./promql-names > /dev/null && \
 	    nice -n 19 go -C hack/tools/prometheus build -tags remove_all_sd -o /dev/null github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus ./promql-names; } & promtool=$$!; \
 	  { go -C hack/tools/bundle list -deps . > /dev/null && nice -n 19 go -C hack/tools/bundle build -o /dev/null .; } & bundle=$$!; \
 	  release=0; if [ -z '$(LABELS)$(FOCUS)' ]; then \
-	    { hack/go-std.sh && for b in cosign opm cyclonedx-gomod; do ITEMOPS_BUILD_NICE=19 hack/cached-binary.sh "$$b" || exit; done; } > /dev/null 2>&1 & release=$$!; \
+	    { hack/go-std.sh && for b in cosign opm cyclonedx-gomod; do ITEMOPS_BUILD_NICE=19 timed "$$b" hack/cached-binary.sh "$$b" || exit; done; } > /dev/null 2>&1 & release=$$!; \
 	  fi; \
 	  { go list -deps -test ./... > /dev/null && nice -n 19 $(MAKE) --no-print-directory vet; } > "$$vet_out" 2>&1 & vet=$$!; \
 	  { go mod download -modfile=hack/tools/go.mod && go mod download -modfile=hack/tools/proto/go.mod && \
@@ -121,6 +126,19 @@ test: ## Check generated files, vet, and run every suite, the real Velero end-to
 	  wait $$csi || { echo "=== building the CSI snapshot controller or external-provisioner failed:"; cat "$$csi_out"; status=1; }; \
 	  for job in aws velero s3 helm image promtool bundle; do wait "$${!job}" || { echo "=== building $$job failed (the suites that run it say why)"; status=1; }; done; \
 	  [ "$$release" = 0 ] || wait $$release || { echo "=== building cosign, opm or cyclonedx-gomod failed (test/release says why)"; status=1; }; \
+	  go run ./test/cmd/testtimes -times "$$ITEMOPS_TEST_TIMES" -began "$$began" '$(ARTIFACTS)'/*_report.json || true; \
+	  exit $$status
+
+.PHONY: test-quick
+test-quick: ## The inner loop: generated files, vet, and every suite that needs neither the real node nor the real velero server (unit, envtest, chart, CRD, CLI, docs, layers); not the chaos run or test/release. A few minutes once the control plane is built; make test runs everything.
+	@# vet and the check of generated files run beside the suites, at the
+	@# lowest priority; what they find is printed at the end.
+	vet_out="$$(mktemp)"; verify_out="$$(mktemp)"; trap 'rm -f "$$vet_out" "$$verify_out"' EXIT; \
+	  nice -n 19 $(MAKE) --no-print-directory vet > "$$vet_out" 2>&1 & vet=$$!; \
+	  nice -n 19 $(MAKE) --no-print-directory verify > "$$verify_out" 2>&1 & verify=$$!; \
+	  status=0; KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh control-plane)" QUICK=1 LABELS='$(LABELS)' FOCUS='$(FOCUS)' ARTIFACTS='$(ARTIFACTS)' hack/test.sh || status=$$?; \
+	  wait $$verify || { echo "=== make verify failed:"; cat "$$verify_out"; status=1; }; \
+	  wait $$vet || { echo "=== go vet failed:"; cat "$$vet_out"; status=1; }; \
 	  exit $$status
 
 .PHONY: test-e2e

@@ -15,6 +15,12 @@
 #              a slow one)
 #   OLM        1 to run only the suite of OLM on a real cluster (label olm),
 #              which otherwise never runs here (make test-olm)
+#   QUICK      1 to run only what needs no real node and no real velero
+#              server (make test-quick): the unit, envtest and other Ginkgo
+#              suites, and the plain packages but test/release
+#   ITEMOPS_TEST_TIMES  a file to add each lane's start and end to, for the
+#              time table make test prints at its end; unset, this script
+#              keeps its own and prints the table itself
 #
 # With LABELS or FOCUS set, only Ginkgo suites run: the plain packages have no
 # labels. Four lanes run side by side, as go test runs packages side by side:
@@ -40,6 +46,7 @@ ARTIFACTS="${ARTIFACTS:-$root/_artifacts}"
 RACE="${RACE:-0}"
 PACKAGES="${PACKAGES:-./...}"
 TIMEOUT="${TIMEOUT:-80m}"
+QUICK="${QUICK:-0}"
 ginkgo=(go tool -modfile="$root/hack/tools/go.mod" ginkgo)
 
 # Every package with tests, as a directory relative to the root.
@@ -71,10 +78,21 @@ if [[ "${OLM:-0}" == 1 ]]; then
 elif ((${#olm[@]})); then
   echo "${olm[*]}: not run (make test-olm runs it)" >&2
 fi
+if [[ "$QUICK" == 1 ]]; then
+  # The inner loop: what needs neither the real node nor the real velero
+  # server, nor the chaos run beside it; and not test/release, which builds
+  # every platform's binaries and the image. make test runs them all.
+  echo "QUICK=1: not run: ${cluster[*]} ${velero[*]} ${serial[*]} ./test/release (make test runs them)" >&2
+  cluster=() velero=() serial=()
+  for i in "${!plain[@]}"; do
+    [[ "${plain[$i]}" == ./test/release ]] && unset 'plain[i]'
+  done
+  plain=("${plain[@]}")
+fi
 
 mkdir -p "$ARTIFACTS"
-rm -f "$ARTIFACTS"/*_junit.xml
-flags=(--timeout="$TIMEOUT" --keep-going --keep-separate-reports --output-dir="$ARTIFACTS" --junit-report=junit.xml)
+rm -f "$ARTIFACTS"/*_junit.xml "$ARTIFACTS"/*_report.json
+flags=(--timeout="$TIMEOUT" --keep-going --keep-separate-reports --output-dir="$ARTIFACTS" --junit-report=junit.xml --json-report=report.json)
 # The plain packages' timeout guards against a hang, not a slow machine:
 # test/release builds every platform's binaries and the image (and, on a new
 # machine, cosign, opm and cyclonedx-gomod), which took 20 minutes on two
@@ -98,11 +116,20 @@ fi
 
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
+times="${ITEMOPS_TEST_TIMES:-$logs/times}"
+began="$(date +%s)"
 pids=() names=()
+# Each lane's start and end go to $times, for the time table.
 lane() { # name command...
   local name="$1"
   shift
-  "$@" > "$logs/$name" 2>&1 &
+  {
+    echo "lane $name start $(date +%s)" >> "$times"
+    status=0
+    "$@" > "$logs/$name" 2>&1 || status=$?
+    echo "lane $name end $(date +%s)" >> "$times"
+    exit "$status"
+  } &
   pids+=($!)
   names+=("$name")
 }
@@ -188,6 +215,10 @@ if ((status != 0)); then
       /^(--- FAIL|FAIL\t|panic:)/ { print lane ": " $0 }
       END { if (block) flush() }'
   done
+fi
+# Where the time went; make test prints it itself, its builds included.
+if [[ -z "${ITEMOPS_TEST_TIMES:-}" ]]; then
+  go run ./test/cmd/testtimes -times "$times" -began "$began" "$ARTIFACTS"/*_report.json || true
 fi
 echo "JUnit reports: $ARTIFACTS/*_junit.xml"
 exit "$status"
