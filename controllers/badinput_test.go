@@ -450,7 +450,8 @@ var _ = Describe("Bad operation input", Label("envtest"), func() {
 				reasonGaveUp + ": WaitingForPluginOperations -> PartiallyFailed: its plugin operations cannot be tracked: …gzip: invalid header"},
 		}, {
 			name: "not JSON", attempted: 1,
-			file:  func(t testing.TB, _ *velerov1api.Backup) []byte { return gzipped(t, []byte("{{ not json")) },
+			// A list in shape, not JSON inside: the decoder says what is wrong.
+			file:  func(t testing.TB, _ *velerov1api.Backup) []byte { return gzipped(t, []byte("[{ not json }]")) },
 			phase: velerov1api.BackupPhasePartiallyFailed,
 			events: []string{reasonUnreadable + ": …" + store.ErrMalformed.Error() + ": error decoding object data: invalid character",
 				reasonGaveUp + ": WaitingForPluginOperations -> PartiallyFailed"},
@@ -467,12 +468,29 @@ var _ = Describe("Bad operation input", Label("envtest"), func() {
 			// 64 KiB that inflate to 64 MiB: never inflated into memory.
 			name: "a gzip bomb", attempted: 1,
 			file: func(t testing.TB, _ *velerov1api.Backup) []byte {
-				return gzipped(t, append(append([]byte(`["`), bytes.Repeat([]byte("a"), 64<<20)...), `"]`...))
+				return gzipped(t, append(append([]byte(`[`), bytes.Repeat([]byte(" "), 64<<20)...), `]`...))
 			},
 			phase: velerov1api.BackupPhasePartiallyFailed,
 			events: []string{reasonTooLarge + ": reading the item operations of backup …: " + store.ErrTooLarge.Error() +
 				": backups/…-itemoperations.json.gz inflates to more than 33554432 bytes (--max-operations-file-inflated-bytes)",
 				reasonGaveUp + ": WaitingForPluginOperations -> PartiallyFailed: its plugin operations cannot be tracked: …--max-operations-file-inflated-bytes"},
+		}, {
+			// A string of 16 MiB in a record: Velero's decoder would hold it whole.
+			name: "a string too long", attempted: 1,
+			file: func(t testing.TB, _ *velerov1api.Backup) []byte {
+				return gzipped(t, append(append([]byte(`[{"spec":{"operationID":"`), bytes.Repeat([]byte("a"), 16<<20)...), `"}}]`...))
+			},
+			phase:  velerov1api.BackupPhasePartiallyFailed,
+			events: []string{reasonTooLarge + ": …holds a string longer than 1048576 bytes"},
+		}, {
+			// An object, not a list: Velero's decoder would hold all of it
+			// before it failed on the type.
+			name: "not a list", attempted: 1,
+			file: func(t testing.TB, _ *velerov1api.Backup) []byte {
+				return gzipped(t, append(append([]byte(`{"x":"`), bytes.Repeat([]byte("a"), 16<<20)...), `"}`...))
+			},
+			phase:  velerov1api.BackupPhasePartiallyFailed,
+			events: []string{reasonUnreadable + ": …" + store.ErrMalformed.Error() + ": …is not a gzip JSON list: not a JSON list"},
 		}, {
 			// Each record is an object in memory and an ItemOperation, however small.
 			name: "more records than allowed", attempted: 1,

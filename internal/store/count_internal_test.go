@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"io"
 	"strings"
 	"sync"
@@ -131,4 +132,102 @@ func TestFetchesAreBounded(t *testing.T) {
 	readers.Wait()
 	g.Expect(bucket.fetched.Load()).To(Equal(int32(10)))
 	g.Expect(bucket.most).To(Equal(2))
+}
+
+func TestCountElementsOfOtherShapes(t *testing.T) {
+	wide := Limits{Records: 100, Items: 100}
+	for in, want := range map[string]string{
+		`{"x":"` + strings.Repeat("a", 64) + `"}`: "not a JSON list",
+		`"a list?"`:    "not a JSON list",
+		`12345`:        "not a JSON list",
+		`null`:         "not a JSON list",
+		``:             "empty",
+		`  `:           "empty",
+		`[{"a":[1,2]`:  "unexpected EOF",
+		`["unclosed]`:  "unexpected EOF",
+		`[{"a":"\"]"}`: "unexpected EOF",
+	} {
+		t.Run(in, func(t *testing.T) {
+			_, err := countElements(strings.NewReader(in), wide)
+			NewWithT(t).Expect(err).To(MatchError(ContainSubstring(want)))
+		})
+	}
+	t.Run("a string one byte too long, in a list", func(t *testing.T) {
+		g := NewWithT(t)
+		n, err := countElements(strings.NewReader(`["`+strings.Repeat("a", maxStringBytes)+`"]`), wide)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n.long).To(BeFalse(), "at the limit (its closing quote counted)")
+		n, err = countElements(strings.NewReader(`[{"k":"`+strings.Repeat("a", maxStringBytes+1)+`"}]`), wide)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n.long).To(BeTrue())
+	})
+}
+
+// FuzzCheck feeds check files of every shape, gzipped, under small limits:
+// whatever it accepts decodes within them (a list at the top, no string
+// longer than maxStringBytes, no deeper than maxDepth, its records and the
+// elements of their lists within their limits), and it never accepts a
+// file larger inflated than the limit.
+func FuzzCheck(f *testing.F) {
+	for _, seed := range []string{
+		`[]`, `[{"spec":{"operationID":"a"}}]`, `{"x":"aaaa"}`, `"aaaa"`, `1234`, `[1,2,3`, `[[[[[]]]]]`,
+		`[{"p":[{},{},{}]}]`, `["\"\\"]`, `[` + strings.Repeat(`[`, 40) + strings.Repeat(`]`, 40) + `]`,
+	} {
+		f.Add([]byte(seed))
+	}
+	limits := Limits{Compressed: 1 << 20, Inflated: 4 << 10, Records: 8, Items: 16}
+	s := boundedObjectStore{limits: limits}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var gz bytes.Buffer
+		w := gzip.NewWriter(&gz)
+		_, _ = w.Write(raw)
+		_ = w.Close()
+		n, err := s.check("key", gz.Bytes())
+		if err != nil {
+			return
+		}
+		if n != int64(len(raw)) || n > limits.Inflated {
+			t.Fatalf("accepted %d bytes inflated as %d (limit %d)", len(raw), n, limits.Inflated)
+		}
+		var top []json.RawMessage
+		if err := json.NewDecoder(bytes.NewReader(raw)).Decode(&top); err != nil {
+			return // not JSON: the decoder refuses it, having held at most the limit
+		}
+		if len(top) > limits.Records {
+			t.Fatalf("accepted %d records (limit %d): %q", len(top), limits.Records, raw)
+		}
+		items := 0
+		var walk func(v any, depth int)
+		walk = func(v any, depth int) {
+			if depth > maxDepth {
+				t.Fatalf("accepted lists and objects nested deeper than %d: %q", maxDepth, raw)
+			}
+			switch v := v.(type) {
+			case string:
+				if len(v) > maxStringBytes {
+					t.Fatalf("accepted a string of %d bytes", len(v))
+				}
+			case []any:
+				if depth > 1 {
+					items += len(v)
+				}
+				for _, e := range v {
+					walk(e, depth+1)
+				}
+			case map[string]any:
+				for k, e := range v {
+					walk(k, depth+1)
+					walk(e, depth+1)
+				}
+			}
+		}
+		var decoded any
+		if err := json.Unmarshal(raw, &decoded); err != nil {
+			return
+		}
+		walk(decoded, 1)
+		if items > limits.Items {
+			t.Fatalf("accepted %d elements in the lists of its records (limit %d): %q", items, limits.Items, raw)
+		}
+	})
 }

@@ -135,8 +135,12 @@ func (s boundedObjectStore) GetObject(bucket, key string) (io.ReadCloser, error)
 }
 
 // check inflates a gzip object into nothing, counting its bytes and the
-// elements of the JSON lists it holds, and returns its inflated size. What
-// is not gzip is left to the decoder, which refuses it.
+// elements of the JSON lists it holds, and returns its inflated size. Every
+// file itemops reads is a gzip JSON list: one of another shape (an object,
+// a string, a number at the top), or that cannot be inflated, is refused
+// here too, as the decoder would hold its whole top-level value before it
+// found out. What is not gzip is left to the decoder, which refuses it at
+// its first bytes.
 func (s boundedObjectStore) check(key string, stored []byte) (int64, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(stored))
 	if err != nil {
@@ -148,6 +152,8 @@ func (s boundedObjectStore) check(key string, stored []byte) (int64, error) {
 		return 0, fmt.Errorf("%w: %s inflates to more than %d bytes (--max-operations-file-inflated-bytes)", ErrTooLarge, key, s.limits.Inflated)
 	}
 	switch {
+	case n.long:
+		return 0, fmt.Errorf("%w: %s holds a string longer than %d bytes", ErrTooLarge, key, maxStringBytes)
 	case n.records > s.limits.Records:
 		return 0, fmt.Errorf("%w: %s holds more than %d records (--max-operations-file-records)", ErrTooLarge, key, s.limits.Records)
 	case n.items > s.limits.Items:
@@ -156,7 +162,8 @@ func (s boundedObjectStore) check(key string, stored []byte) (int64, error) {
 		return 0, fmt.Errorf("%w: %s nests lists and objects more than %d deep", ErrTooLarge, key, maxDepth)
 	}
 	if err != nil {
-		return counted.n, nil // the decoder says what is wrong with it
+		// Never handed to the decoder: a malformed file.
+		return 0, fmt.Errorf("%s is not a gzip JSON list: %w", key, err)
 	}
 	// What is left after the list is inflated too: it counts.
 	if _, err := io.Copy(io.Discard, counted); err == nil && counted.n > s.limits.Inflated {
@@ -170,6 +177,11 @@ func (s boundedObjectStore) check(key string, stored []byte) (int64, error) {
 // postOperationItems, an item); the decoder itself allows 10,000.
 const maxDepth = 32
 
+// maxStringBytes bounds each string of a file, escapes counted as written.
+// Velero's records hold names, IDs, phases and a plugin's messages; the
+// decoder holds a whole string in memory at once.
+const maxStringBytes = 1 << 20
+
 // counts are what countElements found, each up to one past its limit.
 type counts struct {
 	// records are the elements of the top-level list.
@@ -180,17 +192,21 @@ type counts struct {
 	items int
 	// deep: lists and objects nested deeper than maxDepth.
 	deep bool
+	// long: a string longer than maxStringBytes.
+	long bool
 }
 
 func (n counts) over(l Limits) bool {
-	return n.records > l.Records || n.items > l.Items || n.deep
+	return n.records > l.Records || n.items > l.Items || n.deep || n.long
 }
 
 // countElements counts the elements of the JSON list r holds and of every
-// list inside it, stopping as soon as one count is over its limit, without
-// keeping any of it: a string of a gigabyte costs no memory here, nor does
-// a list of millions of elements. It checks no more of the syntax than it
-// needs; the decoder refuses what is not JSON.
+// list inside it, and the length of each string, stopping as soon as one
+// count is over its limit, without keeping any of it: a string of a
+// gigabyte costs no memory here, nor does a list of millions of elements.
+// A top-level value that is not a list, or a list that does not end, is an
+// error. It checks no more of the syntax than it needs; the decoder
+// refuses what is not JSON.
 func countElements(r io.Reader, l Limits) (counts, error) {
 	br := bufio.NewReader(r)
 	var n counts
@@ -200,23 +216,27 @@ func countElements(r io.Reader, l Limits) (counts, error) {
 	type open struct{ list, pending bool }
 	stack := make([]open, 0, maxDepth)
 	inString, escaped := false, false
+	var stringBytes int
 	for !n.over(l) {
 		c, err := br.ReadByte()
 		if err != nil {
 			if err == io.EOF {
-				break
+				if len(stack) == 0 {
+					return n, errors.New("empty")
+				}
+				return n, io.ErrUnexpectedEOF
 			}
 			return n, err
 		}
 		switch {
 		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
+			if c == '"' && !escaped {
 				inString = false
+				continue
+			}
+			escaped = !escaped && c == '\\'
+			if stringBytes++; stringBytes > maxStringBytes {
+				n.long = true
 			}
 			continue
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
@@ -236,7 +256,7 @@ func countElements(r io.Reader, l Limits) (counts, error) {
 		}
 		switch c {
 		case '"':
-			inString = true
+			inString, stringBytes = true, 0
 		case '[', '{':
 			if len(stack) == maxDepth {
 				n.deep = true

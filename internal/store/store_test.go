@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -285,13 +286,15 @@ var _ = Describe("Operations files in object storage", func() {
 			name, want string
 			body       []byte
 		}{
-			{"a gzip bomb", "inflates to more than 4194304 bytes", gzipped(append(append([]byte(`["`), bytes.Repeat([]byte("a"), 256<<20)...), `"]`...))},
+			{"a gzip bomb", "inflates to more than 4194304 bytes", gzipped(append(append([]byte(`[`), bytes.Repeat([]byte(" "), 256<<20)...), `]`...))},
 			{"too many records", "holds more than 100 records", gzipped([]byte("[" + strings.Repeat(`{"spec":{}},`, 100) + `{"spec":{}}]`))},
 			{"too large as stored", "is larger than 1048576 bytes", bytes.Repeat([]byte("x"), 1<<20+1)},
 			{"too many elements in the lists of its records", "holds more than 300 elements in the lists of its records",
 				gzipped([]byte("[" + strings.Repeat(`{"spec":{"postOperationItems":[`+strings.Repeat(`{},`, 100)+`{}]}},`, 2) + `{"spec":{"postOperationItems":[` + strings.Repeat(`{},`, 100) + `{}]}}]`))},
 			{"nested too deep", "nests lists and objects more than 32 deep",
 				gzipped([]byte(`[{"spec":{"x":` + strings.Repeat(`[`, 40) + strings.Repeat(`]`, 40) + `}}]`))},
+			{"a string too long in a record", "holds a string longer than 1048576 bytes",
+				gzipped([]byte(`[{"spec":{"operationID":"` + strings.Repeat("a", 2<<20) + `"}}]`))},
 		} {
 			It(tc.name, func() {
 				t := GinkgoTB()
@@ -369,6 +372,58 @@ var _ = Describe("Operations files in object storage", func() {
 			GinkgoWriter.Printf("MEASURED the planted file (%d bytes stored): refused having allocated %d KiB in all\n", len(body), allocated>>10)
 			g.Expect(allocated).To(BeNumerically("<", 8<<20), "all the reader allocated, with the object store plugin's session")
 		})
+	})
+
+	// A file of about 1 MiB stored whose JSON is an object holding a
+	// string of a gigabyte: the decoder would hold all of it (3.5 GiB of
+	// heap in use, measured) before it found the object is not a list.
+	// Every top-level shape but a list is refused before any decoder sees
+	// it, as a malformed file, and finding that out allocates little.
+	Describe("files whose JSON is not a list are not decoded", func() {
+		for _, tc := range []struct {
+			name  string
+			write func(w io.Writer)
+		}{
+			{"an object holding a string of a gigabyte, 1 MiB stored", func(w io.Writer) {
+				_, _ = io.WriteString(w, `{"x":"`)
+				chunk := bytes.Repeat([]byte("a"), 1<<20)
+				for range 1 << 10 {
+					_, _ = w.Write(chunk)
+				}
+				_, _ = io.WriteString(w, `"}`)
+			}},
+			{"a string", func(w io.Writer) { _, _ = io.WriteString(w, `"`+strings.Repeat("a", 16<<20)+`"`) }},
+			{"a number", func(w io.Writer) { _, _ = io.WriteString(w, strings.Repeat("1", 16<<20)) }},
+			{"a list that never ends", func(w io.Writer) { _, _ = io.WriteString(w, `[{"spec":{}},`+strings.Repeat(`[`, 20)) }},
+		} {
+			It(tc.name, func() {
+				t := GinkgoTB()
+				g := NewWithT(t)
+				bsl := location(t)
+				b := backupIn(bsl.Name)
+				var body bytes.Buffer
+				w, err := gzip.NewWriterLevel(&body, gzip.BestCompression)
+				g.Expect(err).NotTo(HaveOccurred())
+				tc.write(w)
+				g.Expect(w.Close()).To(Succeed())
+				g.Expect(int64(body.Len())).To(BeNumerically("<=", store.DefaultCompressedLimit), "within the stored limit")
+				key := "backups/" + b.Name + "/" + b.Name + "-itemoperations.json.gz"
+				putRaw(t, bsl, key, body.Bytes())
+				stored := body.Len()
+				body = bytes.Buffer{}
+				s := newStore(t)
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				_, err = s.BackupOperations(context.Background(), b)
+				runtime.ReadMemStats(&after)
+				g.Expect(err).To(MatchError(store.ErrMalformed))
+				g.Expect(err.Error()).To(ContainSubstring(key + " is not a gzip JSON list"))
+				allocated := after.TotalAlloc - before.TotalAlloc
+				GinkgoWriter.Printf("MEASURED %s (%d bytes stored): refused having allocated %d KiB in all\n", tc.name, stored, allocated>>10)
+				g.Expect(allocated).To(BeNumerically("<", 8<<20), "all the reader allocated, with the object store plugin's session")
+			})
+		}
 	})
 
 	Describe("location problems", Ordered, func() {

@@ -619,14 +619,14 @@ var _ = Describe("itemops installed by the README beside velero install", ordere
 				StartTimestamp: &metav1.Time{Time: time.Now()}}}
 		var raw bytes.Buffer
 		zw := gzip.NewWriter(&raw)
-		_, err := zw.Write([]byte(`["`))
+		_, err := zw.Write([]byte(`[`))
 		Expect(err).NotTo(HaveOccurred())
-		chunk := bytes.Repeat([]byte("a"), 1<<20)
+		chunk := bytes.Repeat([]byte(" "), 1<<20)
 		for range 1024 {
 			_, err = zw.Write(chunk)
 			Expect(err).NotTo(HaveOccurred())
 		}
-		_, err = zw.Write([]byte(`"]`))
+		_, err = zw.Write([]byte(`]`))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(zw.Close()).To(Succeed())
 		file := veleroenv.BackupOperationsFile(filepath.Join(s.Work, "volumes", "s3", stack.Bucket), bomb.Name)
