@@ -139,8 +139,14 @@ func (r *ItemOperationReconciler) cancelMirror(ctx context.Context, op *itemopsv
 	obj.SetNamespace(op.Namespace)
 	obj.SetName(m.Name)
 	switch err := r.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, body)); {
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+	case apierrors.IsNotFound(err):
 		return fmt.Sprintf("%s %s no longer exists", m.Kind, m.Name), nil
+	case apierrors.IsConflict(err), apierrors.IsInvalid(err):
+		// The API server refuses a patch whose UID is not the stored
+		// object's with 422 (metadata.uid is immutable): the object of
+		// that name is another one. Not tried again: the mirror ends as
+		// its object is gone, and its finalizer goes with it.
+		return fmt.Sprintf("%s %s no longer exists: the object of that name is another one (the API server answered: %v)", m.Kind, m.Name, err), nil
 	case err != nil:
 		// Not told: tried again (the workqueue's backoff), never recorded
 		// as asked.

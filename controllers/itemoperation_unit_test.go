@@ -29,9 +29,13 @@ import (
 	. "github.com/onsi/gomega"
 
 	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -825,3 +829,44 @@ var _ = Describe("Polling decisions of the ItemOperation reconciler", Label("uni
 		}
 	})
 })
+
+// A cancel patch of a mirrored object the API server refuses because the
+// object of that name is another one (422: metadata.uid is immutable; 409)
+// or gone (404) is an answer, not an error tried again for ever.
+func TestCancelMirrorOfAReplacedObject(t *testing.T) {
+	scheme := unitScheme(t)
+	uid := func(name string) types.UID { return types.UID("uid-" + name) }
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"replaced (422)", apierrors.NewInvalid(schema.GroupKind{Group: "velero.io", Kind: "PodVolumeBackup"}, "pvb",
+			field.ErrorList{field.Invalid(field.NewPath("metadata", "uid"), "other", "field is immutable")}), "the object of that name is another one"},
+		{"replaced (409)", apierrors.NewConflict(schema.GroupResource{Group: "velero.io", Resource: "podvolumebackups"}, "pvb", errors.New("uid")),
+			"the object of that name is another one"},
+		{"gone (404)", apierrors.NewNotFound(schema.GroupResource{Group: "velero.io", Resource: "podvolumebackups"}, "pvb"), "no longer exists"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pvb := &velerov1api.PodVolumeBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "pvb", UID: uid("now")}}
+			patches := 0
+			c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithObjects(pvb).Build(), interceptor.Funcs{
+				Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+					patches++
+					return tc.err
+				},
+			})
+			r := &ItemOperationReconciler{Client: c}
+			op := &itemopsv1alpha1.ItemOperation{ObjectMeta: metav1.ObjectMeta{Namespace: "velero", Name: "op"},
+				Spec: itemopsv1alpha1.ItemOperationSpec{Mirror: &itemopsv1alpha1.MirrorReference{
+					Kind: itemopsv1alpha1.MirrorKindPodVolumeBackup, Name: "pvb", UID: string(uid("before"))}}}
+			answer, err := r.cancelMirror(context.Background(), op)
+			if err != nil {
+				t.Fatalf("an error, tried again for ever: %v", err)
+			}
+			if !strings.Contains(answer, tc.want) || patches != 1 {
+				t.Errorf("answer %q after %d patch(es), want %q after one", answer, patches, tc.want)
+			}
+		})
+	}
+}
